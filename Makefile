@@ -1,0 +1,36 @@
+# Two commands do all set-up on a fresh machine:
+#   make book   builds the book into _build/html
+#   make test   runs every test (lint, unit tests, every notebook through nbval)
+# Each creates .venv (or reuses it) and installs requirements.txt into it first.
+
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+# Offline and quick: what CI runs. Readers online get the real data and can set BOOK_QUICK=0.
+TEST_ENV := BOOK_OFFLINE=1 BOOK_QUICK=1 MPLBACKEND=Agg PYTHONHASHSEED=0
+
+.PHONY: install book test notebooks clean
+
+$(STAMP): requirements.txt pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet -r requirements.txt
+	touch $(STAMP)
+
+install: $(STAMP)
+
+book: $(STAMP)
+	$(VENV)/bin/jupyter-book build . --warningiserror --keep-going
+
+test: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(TEST_ENV) $(PY) -m pytest tests book -n 2 --dist loadscope \
+		--nbval-lax --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg
+
+# Re-execute chapters in place and clean their outputs (for authors): make notebooks NB=book/00*.ipynb
+NB ?= book/*.ipynb
+notebooks: $(STAMP)
+	$(TEST_ENV) $(PY) scripts/run_notebooks.py $(NB)
+
+clean:
+	rm -rf _build

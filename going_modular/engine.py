@@ -1,0 +1,194 @@
+"""The training engine: one epoch of training, one of testing, and the loop around them.
+
+Accuracy and loss are averaged per sample, not per batch, so a small last batch does not
+count as much as a full one. Targets may be class indices or soft (mixed) distributions
+of shape (batch, classes), as MixUp and CutMix produce.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import sys
+import time
+from collections.abc import Callable, Iterable
+
+import torch
+from torch import nn
+from tqdm import tqdm
+
+BatchTransform = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+
+
+def _autocast(device: torch.device | str, amp: bool):
+    """float16 autocast on CUDA, bfloat16 on CPU, nothing when ``amp`` is False."""
+    if not amp:
+        return contextlib.nullcontext()
+    kind = torch.device(device).type
+    return torch.autocast(kind, dtype=torch.float16 if kind == "cuda" else torch.bfloat16)
+
+
+def _hard_labels(y: torch.Tensor) -> torch.Tensor:
+    return y.argmax(dim=1) if y.is_floating_point() and y.ndim == 2 else y
+
+
+def _batches(dataloader: Iterable, max_steps: int | None, desc: str, progress: bool):
+    total = len(dataloader) if hasattr(dataloader, "__len__") else None
+    if max_steps is not None:
+        total = max_steps if total is None else min(total, max_steps)
+    batches = itertools.islice(dataloader, max_steps)
+    return tqdm(batches, total=total, desc=desc, leave=False, file=sys.stdout, disable=not progress)
+
+
+def train_step(
+    model: nn.Module,
+    dataloader: Iterable,
+    loss_fn: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    device: torch.device | str,
+    *,
+    scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
+    max_grad_norm: float | None = None,
+    amp: bool = False,
+    scaler: torch.amp.GradScaler | None = None,
+    batch_transform: BatchTransform | None = None,
+    max_steps: int | None = None,
+    progress: bool = True,
+) -> tuple[float, float]:
+    """Train ``model`` for one pass over ``dataloader``; return ``(loss, accuracy)`` per sample.
+
+    ``scheduler`` is stepped after every optimizer step; ``max_grad_norm`` clips the global
+    gradient norm; ``batch_transform`` (e.g. torchvision's MixUp) maps ``(X, y)`` to a mixed
+    batch; ``max_steps`` caps the number of batches for quick runs.
+    """
+    model.train()
+    total_loss, correct, seen = 0.0, 0.0, 0
+    for X, y in _batches(dataloader, max_steps, "train", progress):
+        X, y = X.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        if batch_transform is not None:
+            X, y = batch_transform(X, y)
+        with _autocast(device, amp):
+            logits = model(X)
+            loss = loss_fn(logits, y)
+        optimizer.zero_grad(set_to_none=True)
+        if scaler is not None:
+            scaler.scale(loss).backward()
+            scaler.unscale_(optimizer)
+        else:
+            loss.backward()
+        if max_grad_norm is not None:
+            nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
+        if scaler is not None:
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            optimizer.step()
+        if scheduler is not None:
+            scheduler.step()
+        n = X.shape[0]
+        total_loss += loss.item() * n
+        correct += (logits.argmax(dim=1) == _hard_labels(y)).sum().item()
+        seen += n
+    if seen == 0:
+        raise ValueError("The training dataloader yielded no batches; is the dataset empty?")
+    return total_loss / seen, correct / seen
+
+
+@torch.inference_mode()
+def test_step(
+    model: nn.Module,
+    dataloader: Iterable,
+    loss_fn: nn.Module,
+    device: torch.device | str,
+    *,
+    amp: bool = False,
+    max_steps: int | None = None,
+    progress: bool = True,
+) -> tuple[float, float]:
+    """Evaluate ``model`` on ``dataloader``; return ``(loss, accuracy)`` averaged per sample."""
+    model.eval()
+    total_loss, correct, seen = 0.0, 0.0, 0
+    for X, y in _batches(dataloader, max_steps, "test", progress):
+        X, y = X.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        with _autocast(device, amp):
+            logits = model(X)
+            loss = loss_fn(logits, y)
+        n = X.shape[0]
+        total_loss += loss.item() * n
+        correct += (logits.argmax(dim=1) == _hard_labels(y)).sum().item()
+        seen += n
+    if seen == 0:
+        raise ValueError("The test dataloader yielded no batches; is the dataset empty?")
+    return total_loss / seen, correct / seen
+
+
+def train(
+    model: nn.Module,
+    train_dataloader: Iterable,
+    test_dataloader: Iterable,
+    optimizer: torch.optim.Optimizer,
+    loss_fn: nn.Module,
+    epochs: int,
+    device: torch.device | str,
+    *,
+    scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
+    max_grad_norm: float | None = None,
+    amp: bool = False,
+    batch_transform: BatchTransform | None = None,
+    max_steps_per_epoch: int | None = None,
+    test_loss_fn: nn.Module | None = None,
+    progress: bool = True,
+) -> dict[str, list[float]]:
+    """Train and test ``model`` for ``epochs`` epochs.
+
+    Returns a dict of per-epoch lists: ``train_loss``, ``train_acc``, ``test_loss``,
+    ``test_acc`` and ``epoch_seconds``. ``amp`` uses float16 autocast with gradient scaling
+    on CUDA and bfloat16 autocast on CPU. ``test_loss_fn`` defaults to ``loss_fn`` (pass a
+    plain cross-entropy when training with label smoothing, to report the usual test loss).
+    """
+    if epochs <= 0:
+        raise ValueError(f"epochs must be a positive integer, got {epochs}.")
+    model.to(device)
+    use_scaler = amp and torch.device(device).type == "cuda"
+    scaler = torch.amp.GradScaler("cuda") if use_scaler else None
+    results: dict[str, list[float]] = {
+        "train_loss": [],
+        "train_acc": [],
+        "test_loss": [],
+        "test_acc": [],
+        "epoch_seconds": [],
+    }
+    for epoch in range(1, epochs + 1):
+        start = time.perf_counter()
+        train_loss, train_acc = train_step(
+            model,
+            train_dataloader,
+            loss_fn,
+            optimizer,
+            device,
+            scheduler=scheduler,
+            max_grad_norm=max_grad_norm,
+            amp=amp,
+            scaler=scaler,
+            batch_transform=batch_transform,
+            max_steps=max_steps_per_epoch,
+            progress=progress,
+        )
+        test_loss, test_acc = test_step(
+            model,
+            test_dataloader,
+            test_loss_fn or loss_fn,
+            device,
+            amp=amp,
+            progress=progress,
+        )
+        seconds = time.perf_counter() - start
+        for key, value in zip(results, (train_loss, train_acc, test_loss, test_acc, seconds)):
+            results[key].append(value)
+        if progress:
+            print(
+                f"Epoch {epoch:>3}/{epochs} | train_loss {train_loss:.4f} | train_acc "
+                f"{train_acc:.4f} | test_loss {test_loss:.4f} | test_acc {test_acc:.4f} | "
+                f"{seconds:.1f} s"
+            )
+    return results

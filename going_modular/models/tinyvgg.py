@@ -1,0 +1,50 @@
+"""TinyVGG: the small CNN of the CNN Explainer, the book's first model before any transformer."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .registry import register_model
+
+
+def _conv_block(in_channels: int, out_channels: int) -> nn.Sequential:
+    return nn.Sequential(
+        nn.Conv2d(in_channels, out_channels, kernel_size=3, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(out_channels, out_channels, kernel_size=3, padding=1),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+    )
+
+
+class TinyVGG(nn.Module):
+    """Two VGG-style blocks (conv, ReLU, conv, ReLU, max-pool) and a linear classifier.
+
+    Each block halves the image, so the classifier sees ``hidden_units * (img_size // 4) ** 2``
+    features: ``img_size`` must be the size of the images the model will see.
+    """
+
+    def __init__(
+        self, in_channels: int = 3, hidden_units: int = 16, num_classes: int = 3, img_size: int = 64
+    ):
+        super().__init__()
+        if img_size < 4:
+            raise ValueError(f"TinyVGG needs images of at least 4x4 pixels, got {img_size}.")
+        self.features = nn.Sequential(
+            _conv_block(in_channels, hidden_units), _conv_block(hidden_units, hidden_units)
+        )
+        self.classifier = nn.Sequential(
+            nn.Flatten(), nn.Linear(hidden_units * (img_size // 4) ** 2, num_classes)
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.features(x))
+
+
+@register_model("tinyvgg")
+def tinyvgg(
+    num_classes: int = 3, img_size: int = 64, in_channels: int = 3, hidden_units: int = 16
+) -> TinyVGG:
+    """TinyVGG for ``img_size`` x ``img_size`` images."""
+    return TinyVGG(in_channels, hidden_units, num_classes, img_size)

@@ -1,0 +1,48 @@
+"""Plots the chapters share: loss and accuracy curves, and several runs compared."""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+
+
+def plot_loss_curves(results: dict[str, list[float]], title: str | None = None) -> plt.Figure:
+    """Plot training and test loss and accuracy per epoch from an engine ``results`` dict."""
+    epochs = range(1, len(results["train_loss"]) + 1)
+    fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(11, 4))
+    for ax, metric, label in ((ax_loss, "loss", "Loss"), (ax_acc, "acc", "Accuracy")):
+        ax.plot(epochs, results[f"train_{metric}"], marker="o", label=f"train {metric}")
+        ax.plot(epochs, results[f"test_{metric}"], marker="o", label=f"test {metric}")
+        ax.set(title=label, xlabel="Epoch")
+        ax.grid(alpha=0.3)
+        ax.legend()
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+def compare_runs(runs: dict[str, dict[str, list[float]]], title: str | None = None) -> plt.Figure:
+    """Plot the test loss and accuracy of several named runs on shared axes."""
+    fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(11, 4))
+    for name, results in runs.items():
+        epochs = range(1, len(results["test_loss"]) + 1)
+        ax_loss.plot(epochs, results["test_loss"], marker="o", label=name)
+        ax_acc.plot(epochs, results["test_acc"], marker="o", label=name)
+    ax_loss.set(title="Test loss", xlabel="Epoch")
+    ax_acc.set(title="Test accuracy", xlabel="Epoch")
+    for ax in (ax_loss, ax_acc):
+        ax.grid(alpha=0.3)
+        ax.legend()
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+def tensor_to_image(image: torch.Tensor) -> np.ndarray:
+    """A (C, H, W) image tensor, normalised or not, as an (H, W, C) array in [0, 1] for imshow."""
+    image = image.detach().float().cpu()
+    image = (image - image.min()) / (image.max() - image.min() + 1e-8)
+    return image.permute(1, 2, 0).squeeze(-1).numpy()

@@ -1,0 +1,95 @@
+"""Predict on single images and show a grid of predictions with their true labels."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import torch
+from torch import nn
+from torch.utils.data import Dataset
+from torchvision import transforms
+
+from .data_setup import load_rgb
+from .plots import tensor_to_image
+
+
+def predict_image(
+    model: nn.Module,
+    image_path: str | Path,
+    class_names: Sequence[str],
+    transform: transforms.Compose,
+    device: torch.device | str = "cpu",
+) -> tuple[str, float]:
+    """Return the predicted class name and its probability for the image at ``image_path``."""
+    image = load_rgb(image_path)
+    model.to(device).eval()
+    with torch.inference_mode():
+        probs = torch.softmax(model(transform(image).unsqueeze(0).to(device)), dim=1)[0]
+    index = int(probs.argmax())
+    return class_names[index], float(probs[index])
+
+
+def pred_and_plot_image(
+    model: nn.Module,
+    image_path: str | Path,
+    class_names: Sequence[str],
+    image_size: tuple[int, int] = (224, 224),
+    transform: transforms.Compose | None = None,
+    device: torch.device | str = "cpu",
+) -> tuple[str, float]:
+    """Predict the class of one image, show it titled with the prediction, and return both.
+
+    Without ``transform`` the image is resized to ``image_size`` and normalised with the
+    ImageNet statistics, as the course's helper does.
+    """
+    if transform is None:
+        transform = transforms.Compose(
+            [
+                transforms.Resize(image_size),
+                transforms.ToTensor(),
+                transforms.Normalize(mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225]),
+            ]
+        )
+    label, prob = predict_image(model, image_path, class_names, transform, device)
+    plt.figure(figsize=(5, 5))
+    plt.imshow(load_rgb(image_path))
+    plt.title(f"Pred: {label} | Prob: {prob:.3f}")
+    plt.axis("off")
+    return label, prob
+
+
+def plot_prediction_grid(
+    model: nn.Module,
+    dataset: Dataset,
+    class_names: Sequence[str],
+    n: int = 9,
+    device: torch.device | str = "cpu",
+    seed: int = 42,
+) -> plt.Figure:
+    """Predict ``n`` random samples of a transformed ``dataset`` and show them in a grid.
+
+    Titles are green when the prediction is right and red when it is wrong.
+    """
+    indices = random.Random(seed).sample(range(len(dataset)), k=min(n, len(dataset)))
+    images, labels = zip(*(dataset[i] for i in indices), strict=True)
+    model.to(device).eval()
+    with torch.inference_mode():
+        preds = model(torch.stack(images).to(device)).argmax(dim=1).cpu()
+    cols = int(len(indices) ** 0.5 + 0.999)
+    rows = (len(indices) + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(2.6 * cols, 2.8 * rows), squeeze=False)
+    for ax in axes.flat:
+        ax.axis("off")
+    for ax, image, label, pred in zip(axes.flat, images, labels, preds, strict=False):
+        ax.imshow(tensor_to_image(image), cmap="gray")
+        right = int(pred) == int(label)
+        ax.set_title(
+            f"true: {class_names[label]}\npred: {class_names[pred]}",
+            color="green" if right else "red",
+            fontsize=9,
+        )
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,73 @@
+"""The book as a whole: table of contents, setup cells, repository address, stored outputs."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((ROOT / "book").glob("*.ipynb"))
+CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
+TOC = yaml.safe_load((ROOT / "_toc.yml").read_text())
+
+
+def _cells(path: Path) -> list[dict]:
+    return json.loads(path.read_text())["cells"]
+
+
+def _source(cell: dict) -> str:
+    return "".join(cell["source"])
+
+
+def _toc_files() -> list[str]:
+    return [ch["file"] for part in TOC["parts"] for ch in part["chapters"]]
+
+
+def test_every_chapter_is_in_the_toc_in_order():
+    listed = [f for f in _toc_files() if (ROOT / f"{f}.ipynb").exists()]
+    assert listed == [str(p.relative_to(ROOT).with_suffix("")) for p in NOTEBOOKS]
+    for name in _toc_files():
+        assert (ROOT / f"{name}.ipynb").exists() or (ROOT / f"{name}.md").exists(), name
+
+
+def test_launch_buttons_and_setup_cells_use_one_repository_address():
+    url = CONFIG["repository"]["url"]
+    assert CONFIG["repository"]["branch"] == "main"
+    for path in NOTEBOOKS:
+        found = set(re.findall(r"REPO_URL = \"([^\"]+)\"", "".join(map(_source, _cells(path)))))
+        assert found == {url}, f"{path.name}: setup cell installs from {found}, not {url}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_chapter_structure(path):
+    cells = _cells(path)
+    text = "\n".join(_source(c) for c in cells if c["cell_type"] == "markdown")
+    assert re.search(r"^# ", text, re.M), "a title"
+    assert "$" in text, "at least one equation"
+    assert re.search(r"^## .*Exercises", text, re.M), "an Exercises section"
+    outputs = [o for c in cells if c["cell_type"] == "code" for o in c.get("outputs", [])]
+    assert any("image/png" in o.get("data", {}) for o in outputs), "at least one picture"
+    assert all(
+        c.get("execution_count") for c in cells if c["cell_type"] == "code" and _source(c).strip()
+    ), "committed with the outputs of a real run"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_outputs_are_clean(path):
+    machine = re.compile(r"(/work/|/tmp/|/root/|/home/\w+| at 0x[0-9a-f]{6,})")
+    for cell in _cells(path):
+        for out in cell.get("outputs", []):
+            assert out["output_type"] != "error", f"stored traceback in {path.name}"
+            text = "".join(out.get("text", "")) + "".join(out.get("data", {}).get("text/plain", ""))
+            assert not machine.search(text), f"{path.name}: {machine.search(text).group(0)}"
+
+
+def test_requirements_do_not_pin_torch():
+    lines = (ROOT / "requirements.txt").read_text().splitlines()
+    torch_lines = [line for line in lines if re.match(r"torch(vision)?\b", line)]
+    assert torch_lines and all(">=" in line and "==" not in line for line in torch_lines)
+    assert any(re.match(r"jupyter-book>=1\.0\.4.*,<2", line) for line in lines)

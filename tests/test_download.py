@@ -1,0 +1,123 @@
+"""download_data against a real HTTP server on 127.0.0.1: success and every failure mode."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import threading
+import zipfile
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from going_modular.download import DownloadError, download_data, sha256_of
+
+
+def _zip(members: dict[str, bytes]) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as zf:
+        for name, content in members.items():
+            zf.writestr(name, content)
+    return buffer.getvalue()
+
+
+GOOD = _zip({"train/pizza/a.txt": b"pizza", "test/sushi/b.txt": b"sushi"})
+EVIL = _zip({"ok.txt": b"fine", "../escaped.txt": b"gotcha"})
+
+
+class _Handler(BaseHTTPRequestHandler):
+    def do_GET(self):  # noqa: N802 (http.server's name)
+        if self.path == "/good.zip":
+            self._send(GOOD)
+        elif self.path == "/evil.zip":
+            self._send(EVIL)
+        elif self.path == "/notzip.zip":
+            self._send(b"this is not a zip archive")
+        elif self.path == "/interrupted.zip":
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(GOOD)))
+            self.end_headers()
+            self.wfile.write(GOOD[: len(GOOD) // 2])
+            self.wfile.flush()
+            self.close_connection = True
+        else:
+            self.send_error(404, "Not Found")
+
+    def _send(self, body: bytes) -> None:
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture(scope="module")
+def server():
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+
+
+@pytest.fixture
+def online(monkeypatch):
+    monkeypatch.delenv("BOOK_OFFLINE")
+
+
+def _leftovers(root):
+    return sorted(p.name for p in root.iterdir()) if root.exists() else []
+
+
+def test_good_zip_with_checksum(server, online, tmp_path):
+    folder = download_data(
+        f"{server}/good.zip", "food", sha256=hashlib.sha256(GOOD).hexdigest(), data_dir=tmp_path
+    )
+    assert folder == tmp_path / "food"
+    assert (folder / "train" / "pizza" / "a.txt").read_bytes() == b"pizza"
+    assert (folder / "test" / "sushi" / "b.txt").read_bytes() == b"sushi"
+    assert _leftovers(tmp_path) == ["food"]  # no zip, no temporary folder
+
+
+def test_existing_folder_is_not_downloaded_again(server, online, tmp_path, capsys):
+    download_data(f"{server}/good.zip", "food", data_dir=tmp_path)
+    download_data(f"{server}/missing.zip", "food", data_dir=tmp_path)  # would 404 if fetched
+    assert "skipping download" in capsys.readouterr().out
+
+
+def test_keep_source_zip(server, online, tmp_path):
+    download_data(f"{server}/good.zip", "food", remove_source=False, data_dir=tmp_path)
+    assert _leftovers(tmp_path) == ["food", "good.zip"]
+    assert sha256_of(tmp_path / "good.zip") == hashlib.sha256(GOOD).hexdigest()
+
+
+@pytest.mark.parametrize(
+    ("path", "sha256", "message"),
+    [
+        ("/good.zip", "0" * 64, "SHA-256 mismatch"),
+        ("/missing.zip", None, "HTTP status 404"),
+        ("/evil.zip", None, "outside"),
+        ("/interrupted.zip", None, "interrupted|network error"),
+        ("/notzip.zip", None, "not a valid zip"),
+    ],
+)
+def test_failures_leave_nothing_behind(server, online, tmp_path, path, sha256, message):
+    with pytest.raises(DownloadError, match=message) as info:
+        download_data(f"{server}{path}", "food", sha256=sha256, data_dir=tmp_path)
+    assert f"{server}{path}" in str(info.value)  # the error names the URL
+    assert _leftovers(tmp_path) == []
+    assert not (tmp_path.parent / "escaped.txt").exists()
+
+
+def test_unreachable_host_names_the_cause(online, tmp_path):
+    with pytest.raises(DownloadError, match="network error"):
+        download_data("http://127.0.0.1:9/none.zip", "x", data_dir=tmp_path, timeout=2)
+    assert _leftovers(tmp_path) == []
+
+
+def test_offline_refuses_before_touching_the_network(server, tmp_path):
+    with pytest.raises(DownloadError, match="BOOK_OFFLINE=1"):
+        download_data(f"{server}/good.zip", "food", data_dir=tmp_path)
+    assert _leftovers(tmp_path) == []

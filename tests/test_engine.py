@@ -1,0 +1,123 @@
+"""The training engine: it learns, it weighs accuracy per sample, it takes soft targets."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+from torchvision import transforms
+from torchvision.transforms import v2
+
+from going_modular import datasets, engine, utils
+from going_modular.models import build_model
+from going_modular.optim import warmup_cosine_schedule
+
+
+def test_engine_reaches_90_percent_on_digits():
+    """The quick budget: TinyVGG, 4 epochs of the 1,437 training digits, on a CPU."""
+    utils.set_seeds(0)
+    to_tensor = transforms.ToTensor()
+    train_dl = DataLoader(datasets.get_mnist(True, to_tensor), batch_size=32, shuffle=True)
+    test_dl = DataLoader(datasets.get_mnist(False, to_tensor), batch_size=128)
+    model = build_model("tinyvgg", num_classes=10, img_size=28, in_channels=1)
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    results = engine.train(
+        model, train_dl, test_dl, optimizer, nn.CrossEntropyLoss(), 4, "cpu", progress=False
+    )
+    assert set(results) == {"train_loss", "train_acc", "test_loss", "test_acc", "epoch_seconds"}
+    assert all(len(v) == 4 for v in results.values())
+    assert results["test_acc"][-1] >= 0.90
+    assert results["train_loss"][-1] < results["train_loss"][0]
+
+
+class _Fixed(nn.Module):
+    """Predicts class 0 for inputs < 0.5 and class 1 otherwise; no parameters to learn."""
+
+    def forward(self, x):
+        return torch.cat([0.5 - x, x - 0.5], dim=1)
+
+
+def test_accuracy_is_weighted_per_sample_not_per_batch():
+    # 5 samples, batch size 4: batches [4 right] and [1 wrong]. Per sample: 4/5; per batch: 1/2.
+    x = torch.tensor([[0.1], [0.9], [0.2], [0.8], [0.3]])
+    y = torch.tensor([0, 1, 0, 1, 1])
+    loader = DataLoader(TensorDataset(x, y), batch_size=4)
+    loss_fn = nn.CrossEntropyLoss()
+    loss, acc = engine.test_step(_Fixed(), loader, loss_fn, "cpu", progress=False)
+    assert acc == pytest.approx(4 / 5)
+    assert loss == pytest.approx(loss_fn(_Fixed()(x), y).item())
+
+
+def _toy_problem(n=64):
+    torch.manual_seed(0)
+    x = torch.randn(n, 3, 8, 8)
+    y = (x.mean(dim=(1, 2, 3)) > 0).long()
+    return DataLoader(TensorDataset(x, y), batch_size=16, shuffle=True)
+
+
+def test_soft_targets_from_mixup_and_a_per_step_scheduler():
+    loader = _toy_problem()
+    model = nn.Sequential(nn.Flatten(), nn.Linear(192, 2))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scheduler = warmup_cosine_schedule(optimizer, warmup_steps=2, total_steps=8)
+    mix = v2.MixUp(num_classes=2)
+    loss, acc = engine.train_step(
+        model,
+        loader,
+        nn.CrossEntropyLoss(),
+        optimizer,
+        "cpu",
+        scheduler=scheduler,
+        batch_transform=mix,
+        max_grad_norm=1.0,
+        progress=False,
+    )
+    assert 0.0 <= acc <= 1.0 and loss > 0
+    assert scheduler.last_epoch == 4  # one scheduler step per optimizer step (4 batches)
+
+
+def test_max_steps_caps_an_epoch():
+    loader = _toy_problem()
+    model = nn.Sequential(nn.Flatten(), nn.Linear(192, 2))
+    calls = []
+    model.register_forward_hook(lambda *args: calls.append(1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    engine.train_step(
+        model, loader, nn.CrossEntropyLoss(), optimizer, "cpu", max_steps=2, progress=False
+    )
+    assert len(calls) == 2
+
+
+def test_gradient_clipping_bounds_the_update():
+    loader = DataLoader(
+        TensorDataset(torch.full((4, 1), 100.0), torch.tensor([0, 0, 0, 0])), batch_size=4
+    )
+    model = nn.Linear(1, 2)
+    before = [p.detach().clone() for p in model.parameters()]
+    optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
+    engine.train_step(
+        model, loader, nn.CrossEntropyLoss(), optimizer, "cpu", max_grad_norm=0.5, progress=False
+    )
+    step = torch.cat([(p.detach() - b).flatten() for p, b in zip(model.parameters(), before)])
+    assert step.norm().item() == pytest.approx(0.5, rel=1e-4)
+
+
+def test_bf16_autocast_on_cpu_trains():
+    loader = _toy_problem()
+    model = nn.Sequential(nn.Flatten(), nn.Linear(192, 2))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    results = engine.train(
+        model, loader, loader, optimizer, nn.CrossEntropyLoss(), 2, "cpu", amp=True, progress=False
+    )
+    assert all(torch.isfinite(torch.tensor(results["train_loss"])))
+
+
+def test_non_positive_epochs():
+    with pytest.raises(ValueError, match="epochs must be a positive integer"):
+        engine.train(nn.Linear(1, 1), [], [], None, nn.MSELoss(), 0, "cpu")
+
+
+def test_empty_dataloader_is_explained():
+    with pytest.raises(ValueError, match="no batches"):
+        engine.test_step(nn.Linear(1, 2), [], nn.CrossEntropyLoss(), "cpu", progress=False)

@@ -1,0 +1,82 @@
+"""Predictions on single images, the prediction grid, the plots and the helper re-exports."""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
+from torchvision import transforms  # noqa: E402
+
+import helper_functions  # noqa: E402
+from going_modular import plots, predictions  # noqa: E402
+from going_modular.models import build_model  # noqa: E402
+
+
+class _AlwaysSecond(nn.Module):
+    def forward(self, x):
+        return torch.tensor([[0.0, 5.0, 0.0]]).expand(x.shape[0], 3)
+
+
+def test_pred_and_plot_image(texture_photos):
+    image = next((texture_photos / "test" / "grass").glob("*.jpg"))
+    label, prob = predictions.pred_and_plot_image(
+        _AlwaysSecond(), image, ["brick", "grass", "gravel"], image_size=(64, 64)
+    )
+    assert label == "grass"
+    assert prob == pytest.approx(torch.softmax(torch.tensor([0.0, 5.0, 0.0]), 0)[1].item())
+    assert "Pred: grass" in matplotlib.pyplot.gca().get_title()
+
+
+def test_prediction_on_corrupt_image(tmp_path):
+    bad = tmp_path / "bad.jpg"
+    bad.write_bytes(b"nope")
+    with pytest.raises(ValueError, match="Cannot decode image"):
+        predictions.pred_and_plot_image(_AlwaysSecond(), bad, ["a", "b", "c"])
+
+
+def test_prediction_grid_colours_right_and_wrong(texture_photos):
+    from torchvision.datasets import ImageFolder
+
+    dataset = ImageFolder(
+        texture_photos / "test",
+        transform=transforms.Compose([transforms.Resize((32, 32)), transforms.ToTensor()]),
+    )
+    fig = predictions.plot_prediction_grid(_AlwaysSecond(), dataset, dataset.classes, n=9)
+    titles = [ax.get_title() for ax in fig.axes if ax.get_title()]
+    assert len(titles) == 9
+    for ax in fig.axes:
+        if ax.get_title():
+            right = "true: grass" in ax.get_title()
+            assert matplotlib.colors.same_color(ax.title.get_color(), "green" if right else "red")
+
+
+def test_plot_loss_curves_and_compare_runs():
+    results = {
+        "train_loss": [1.0, 0.5],
+        "test_loss": [1.1, 0.7],
+        "train_acc": [0.4, 0.8],
+        "test_acc": [0.3, 0.6],
+    }
+    fig = plots.plot_loss_curves(results)
+    loss_ax = fig.axes[0]
+    assert [line.get_label() for line in loss_ax.get_lines()] == ["train loss", "test loss"]
+    assert list(loss_ax.get_lines()[1].get_ydata()) == [1.1, 0.7]
+    fig = plots.compare_runs({"a": results, "b": results})
+    assert [line.get_label() for line in fig.axes[1].get_lines()] == ["a", "b"]
+
+
+def test_helper_functions_reexport_the_package():
+    from going_modular import download, utils
+
+    assert helper_functions.download_data is download.download_data
+    assert helper_functions.set_seeds is utils.set_seeds
+    assert helper_functions.plot_loss_curves is plots.plot_loss_curves
+
+
+def test_tinyvgg_needs_a_real_image_size():
+    with pytest.raises(ValueError, match="at least 4x4"):
+        build_model("tinyvgg", img_size=2)
