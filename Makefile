@@ -7,7 +7,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 # Offline and quick: what CI runs. Readers online get the real data and can set BOOK_QUICK=0.
-TEST_ENV := BOOK_OFFLINE=1 BOOK_QUICK=1 MPLBACKEND=Agg PYTHONHASHSEED=0
+TEST_ENV := BOOK_OFFLINE=1 BOOK_QUICK=1 PYTHONHASHSEED=0
 
 .PHONY: install book test notebooks clean
 

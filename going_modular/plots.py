@@ -42,7 +42,13 @@ def compare_runs(runs: dict[str, dict[str, list[float]]], title: str | None = No
 
 
 def tensor_to_image(image: torch.Tensor) -> np.ndarray:
-    """A (C, H, W) image tensor, normalised or not, as an (H, W, C) array in [0, 1] for imshow."""
+    """A (C, H, W) image tensor, normalised or not, as an (H, W, C) array in [0, 1] for imshow.
+
+    Each channel is stretched to [0, 1] on its own, which undoes a per-channel normalisation
+    such as ImageNet's mean and standard deviation (up to the image's own contrast).
+    """
     image = image.detach().float().cpu()
-    image = (image - image.min()) / (image.max() - image.min() + 1e-8)
+    low = image.amin(dim=(1, 2), keepdim=True)
+    high = image.amax(dim=(1, 2), keepdim=True)
+    image = (image - low) / (high - low + 1e-8)
     return image.permute(1, 2, 0).squeeze(-1).numpy()

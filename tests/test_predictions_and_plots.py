@@ -80,3 +80,14 @@ def test_helper_functions_reexport_the_package():
 def test_tinyvgg_needs_a_real_image_size():
     with pytest.raises(ValueError, match="at least 4x4"):
         build_model("tinyvgg", img_size=2)
+
+
+def test_tensor_to_image_undoes_per_channel_normalisation():
+    gray = torch.rand(1, 8, 8).expand(3, 8, 8)
+    normalise = transforms.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])
+    image = plots.tensor_to_image(normalise(gray))
+    assert image.shape == (8, 8, 3)
+    assert image.min() >= 0 and image.max() <= 1
+    assert torch.allclose(
+        torch.from_numpy(image[..., 0]), torch.from_numpy(image[..., 2]), atol=1e-5
+    )
