@@ -40,6 +40,27 @@ def _batches(dataloader: Iterable, max_steps: int | None, desc: str, progress: b
     return tqdm(batches, total=total, desc=desc, leave=False, file=sys.stdout, disable=not progress)
 
 
+class _UntilDeadline:
+    """Iterate over ``loader`` until ``time.perf_counter()`` passes ``deadline``.
+
+    The first batch is always yielded, so an epoch that starts in time trains at least one step;
+    ``len()`` is the loader's, for progress bars.
+    """
+
+    def __init__(self, loader: Iterable, deadline: float):
+        self.loader, self.deadline, self.stopped = loader, deadline, False
+
+    def __len__(self) -> int:
+        return len(self.loader)  # type: ignore[arg-type]
+
+    def __iter__(self):
+        for i, batch in enumerate(self.loader):
+            if i > 0 and time.perf_counter() >= self.deadline:
+                self.stopped = True
+                return
+            yield batch
+
+
 def train_step(
     model: nn.Module,
     dataloader: Iterable,
@@ -138,6 +159,7 @@ def train(
     max_steps_per_epoch: int | None = None,
     test_loss_fn: nn.Module | None = None,
     progress: bool = True,
+    time_budget: float | None = None,
 ) -> dict[str, list[float]]:
     """Train and test ``model`` for ``epochs`` epochs.
 
@@ -145,7 +167,14 @@ def train(
     ``test_acc`` and ``epoch_seconds``. ``amp`` uses float16 autocast with gradient scaling
     on CUDA and bfloat16 autocast on CPU. ``test_loss_fn`` defaults to ``loss_fn`` (pass a
     plain cross-entropy when training with label smoothing, to report the usual test loss).
+
+    ``time_budget`` (seconds, counted from the call) stops training early: once it is spent,
+    the current epoch's training ends after the step in progress, that epoch is tested and
+    recorded as usual (its ``train_*`` values cover the steps it ran), and no further epoch
+    starts. The final test pass runs after the budget, so the call takes a little longer.
     """
+    if time_budget is not None and not time_budget > 0:
+        raise ValueError(f"time_budget must be a positive number of seconds, got {time_budget}.")
     if epochs <= 0:
         raise ValueError(f"epochs must be a positive integer, got {epochs}.")
     model.to(device)
@@ -158,11 +187,19 @@ def train(
         "test_acc": [],
         "epoch_seconds": [],
     }
+    deadline = None if time_budget is None else time.perf_counter() + time_budget
+    out_of_time = False
     for epoch in range(1, epochs + 1):
         start = time.perf_counter()
+        if deadline is not None and epoch > 1 and start >= deadline:
+            out_of_time = True
+            break
+        loader = train_dataloader
+        if deadline is not None:
+            loader = _UntilDeadline(train_dataloader, deadline)
         train_loss, train_acc = train_step(
             model,
-            train_dataloader,
+            loader,
             loss_fn,
             optimizer,
             device,
@@ -191,4 +228,11 @@ def train(
                 f"{train_acc:.4f} | test_loss {test_loss:.4f} | test_acc {test_acc:.4f} | "
                 f"{seconds:.1f} s"
             )
+        if deadline is not None and loader.stopped:
+            out_of_time = True
+            break
+    if progress and out_of_time:
+        print(
+            f"Time budget of {time_budget:.0f} s spent: stopped in epoch {len(results['test_acc'])}."
+        )
     return results

@@ -1,0 +1,135 @@
+"""Training throughput of this project's compact transformers against timm's transformer blocks.
+
+For each model the timm twin is a copy of ours whose encoder layers are replaced by
+``timm.models.vision_transformer.Block`` (same width, heads, MLP ratio, qkv without bias,
+dropout and stochastic-depth rates); tokenizer, position embedding, pooling and head are shared,
+so only the transformer layers' implementation differs. (timm's block is a standard pre-norm
+block, while ours re-normalises the stream after attention as the CCT reference does; the
+parameter counts and the work are the same.)
+
+One step is forward + cross-entropy + backward + AdamW on random 32x32 images. After warm-up
+steps, timed runs of ours and timm alternate; each model's best run (as in ``timeit``: on shared
+cores the fastest run is the least disturbed) and the median run are reported in images/s.
+
+    python benchmarks/bench_cct.py                  # fp32, batch 128
+    python benchmarks/bench_cct.py --bf16 --steps 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import statistics
+import time
+
+import torch
+import torch.nn.functional as F
+from timm.models.vision_transformer import Block
+from torch import nn
+
+from going_modular.models import build_model
+from going_modular.models.cct import CompactTransformer
+
+
+def timm_twin(model: CompactTransformer) -> CompactTransformer:
+    """A copy of ``model`` whose encoder layers are timm ``Block``s of the same configuration."""
+    twin = copy.deepcopy(model)
+    blocks = []
+    for layer in model.classifier.blocks:
+        dim = layer.linear1.in_features
+        blocks.append(
+            Block(
+                dim,
+                layer.self_attn.num_heads,
+                mlp_ratio=layer.linear1.out_features / dim,
+                qkv_bias=False,
+                proj_drop=layer.dropout1.p,
+                attn_drop=layer.self_attn.attention_dropout,
+                drop_path=layer.drop_path.p,
+                norm_layer=nn.LayerNorm,
+            )
+        )
+    twin.classifier.blocks = nn.ModuleList(blocks)
+    return twin
+
+
+def train_steps(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    images: torch.Tensor,
+    labels: torch.Tensor,
+    steps: int,
+    bf16: bool,
+) -> float:
+    """Run ``steps`` training steps; return images per second."""
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
+    start = time.perf_counter()
+    for _ in range(steps):
+        optimizer.zero_grad(set_to_none=True)
+        with autocast:
+            loss = F.cross_entropy(model(images), labels)
+        loss.backward()
+        optimizer.step()
+    return steps * images.shape[0] / (time.perf_counter() - start)
+
+
+def benchmark(name: str, args: argparse.Namespace) -> tuple[float, float]:
+    torch.manual_seed(0)
+    ours = build_model(name, num_classes=10, img_size=32).train()
+    theirs = timm_twin(ours).train()
+    n_ours = sum(p.numel() for p in ours.parameters())
+    n_theirs = sum(p.numel() for p in theirs.parameters())
+    if n_ours != n_theirs:
+        raise RuntimeError(f"{name}: {n_ours:,} parameters but timm twin has {n_theirs:,}")
+    images = torch.randn(args.batch_size, 3, 32, 32)
+    labels = torch.randint(0, 10, (args.batch_size,))
+    runs: dict[str, list[float]] = {"ours": [], "timm": []}
+    models = {"ours": ours, "timm": theirs}
+    optimizers = {key: torch.optim.AdamW(m.parameters(), lr=1e-4) for key, m in models.items()}
+    for key, model in models.items():
+        train_steps(model, optimizers[key], images, labels, args.warmup, args.bf16)
+    for _ in range(args.repeats):
+        for key, model in models.items():
+            runs[key].append(
+                train_steps(model, optimizers[key], images, labels, args.steps, args.bf16)
+            )
+    best = {key: max(r) for key, r in runs.items()}
+    median = {key: statistics.median(r) for key, r in runs.items()}
+    print(
+        f"{name:<13} {n_ours:>10,} params | best: ours {best['ours']:7.1f}, timm "
+        f"{best['timm']:7.1f} img/s, ratio {best['ours'] / best['timm']:.3f} | median: ours "
+        f"{median['ours']:7.1f}, timm {median['timm']:7.1f}, ratio "
+        f"{median['ours'] / median['timm']:.3f}",
+        flush=True,
+    )
+    return best["ours"], best["timm"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--models",
+        nargs="+",
+        default=["cct_2_3x2", "vit_lite_7_4"],
+        help="registered ViT-Lite/CVT/CCT names (default: cct_2_3x2 vit_lite_7_4)",
+    )
+    parser.add_argument("--batch-size", type=int, default=128)
+    parser.add_argument("--warmup", type=int, default=3, help="untimed steps per model")
+    parser.add_argument("--steps", type=int, default=5, help="steps per timed run")
+    parser.add_argument("--repeats", type=int, default=5, help="timed runs per model, alternated")
+    parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
+    parser.add_argument("--bf16", action="store_true", help='torch.autocast("cpu", bfloat16)')
+    args = parser.parse_args()
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads, batch {args.batch_size}, "
+        f"{'bf16 autocast' if args.bf16 else 'fp32'}, {args.repeats} x {args.steps} steps"
+    )
+    for name in args.models:
+        benchmark(name, args)
+
+
+if __name__ == "__main__":
+    main()
