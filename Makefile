@@ -8,6 +8,8 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 # Offline and quick: what CI runs. Readers online get the real data and can set BOOK_QUICK=0.
 TEST_ENV := BOOK_OFFLINE=1 BOOK_QUICK=1 PYTHONHASHSEED=0
+# pytest runs two notebooks at a time (-n 2); one thread each keeps them from fighting over 2 cores.
+TEST_THREADS := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 
 .PHONY: install book test notebooks clean
 
@@ -24,7 +26,7 @@ book: $(STAMP)
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(TEST_ENV) $(PY) -m pytest tests book -n 2 --dist loadscope \
+	$(TEST_ENV) $(TEST_THREADS) $(PY) -m pytest tests book -n 2 --dist loadscope \
 		--nbval-lax --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg
 
 # Re-execute chapters in place and clean their outputs (for authors): make notebooks NB=book/00*.ipynb
