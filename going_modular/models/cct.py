@@ -569,26 +569,11 @@ def _check_patches(img_size: int | tuple[int, int], patch_size: int) -> None:
             )
 
 
-class CVT(CompactTransformer):
-    """Compact Vision Transformer: ViT-Lite's patch tokenizer with SeqPool instead of a class token."""
-
-    def __init__(
-        self,
-        img_size: int | tuple[int, int] = 32,
-        in_channels: int = 3,
-        num_classes: int = 10,
-        embedding_dim: int = 256,
-        patch_size: int = 4,
-        **kwargs: Any,
-    ):
-        _check_patches(img_size, patch_size)
-        tokenizer = Tokenizer.patchify(in_channels, embedding_dim, patch_size)
-        super().__init__(tokenizer, img_size, True, num_classes, embedding_dim, **kwargs)
-
-
 class ViTLite(CompactTransformer):
     """ViT-Lite: a small ViT (patch tokenizer, class token) with the compact encoder layers."""
 
+    seq_pool = False
+
     def __init__(
         self,
         img_size: int | tuple[int, int] = 32,
@@ -600,7 +585,13 @@ class ViTLite(CompactTransformer):
     ):
         _check_patches(img_size, patch_size)
         tokenizer = Tokenizer.patchify(in_channels, embedding_dim, patch_size)
-        super().__init__(tokenizer, img_size, False, num_classes, embedding_dim, **kwargs)
+        super().__init__(tokenizer, img_size, self.seq_pool, num_classes, embedding_dim, **kwargs)
+
+
+class CVT(ViTLite):
+    """Compact Vision Transformer: ViT-Lite with SeqPool instead of a class token."""
+
+    seq_pool = True
 
 
 # Text model -------------------------------------------------------------------------------------
