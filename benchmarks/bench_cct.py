@@ -63,7 +63,11 @@ def train_steps(
     bf16: bool,
 ) -> float:
     """Run ``steps`` training steps; return images per second."""
-    autocast = torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
+    autocast = (
+        torch.autocast("cpu", dtype=torch.bfloat16)
+        if bf16
+        else contextlib.nullcontext()
+    )
     start = time.perf_counter()
     for _ in range(steps):
         optimizer.zero_grad(set_to_none=True)
@@ -81,18 +85,24 @@ def benchmark(name: str, args: argparse.Namespace) -> tuple[float, float]:
     n_ours = sum(p.numel() for p in ours.parameters())
     n_theirs = sum(p.numel() for p in theirs.parameters())
     if n_ours != n_theirs:
-        raise RuntimeError(f"{name}: {n_ours:,} parameters but timm twin has {n_theirs:,}")
+        raise RuntimeError(
+            f"{name}: {n_ours:,} parameters but timm twin has {n_theirs:,}"
+        )
     images = torch.randn(args.batch_size, 3, 32, 32)
     labels = torch.randint(0, 10, (args.batch_size,))
     runs: dict[str, list[float]] = {"ours": [], "timm": []}
     models = {"ours": ours, "timm": theirs}
-    optimizers = {key: torch.optim.AdamW(m.parameters(), lr=1e-4) for key, m in models.items()}
+    optimizers = {
+        key: torch.optim.AdamW(m.parameters(), lr=1e-4) for key, m in models.items()
+    }
     for key, model in models.items():
         train_steps(model, optimizers[key], images, labels, args.warmup, args.bf16)
     for _ in range(args.repeats):
         for key, model in models.items():
             runs[key].append(
-                train_steps(model, optimizers[key], images, labels, args.steps, args.bf16)
+                train_steps(
+                    model, optimizers[key], images, labels, args.steps, args.bf16
+                )
             )
     best = {key: max(r) for key, r in runs.items()}
     median = {key: statistics.median(r) for key, r in runs.items()}
@@ -117,9 +127,15 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps per model")
     parser.add_argument("--steps", type=int, default=5, help="steps per timed run")
-    parser.add_argument("--repeats", type=int, default=5, help="timed runs per model, alternated")
-    parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
-    parser.add_argument("--bf16", action="store_true", help='torch.autocast("cpu", bfloat16)')
+    parser.add_argument(
+        "--repeats", type=int, default=5, help="timed runs per model, alternated"
+    )
+    parser.add_argument(
+        "--threads", type=int, default=None, help="torch.set_num_threads"
+    )
+    parser.add_argument(
+        "--bf16", action="store_true", help='torch.autocast("cpu", bfloat16)'
+    )
     args = parser.parse_args()
     if args.threads is not None:
         torch.set_num_threads(args.threads)

@@ -28,18 +28,28 @@ def parse_args() -> argparse.Namespace:
         description=__doc__.splitlines()[0],
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    parser.add_argument("--layers", type=int, default=4, help="transformer encoder layers")
+    parser.add_argument(
+        "--layers", type=int, default=4, help="transformer encoder layers"
+    )
     parser.add_argument("--dim", type=int, default=192, help="embedding dimension D")
     parser.add_argument("--heads", type=int, default=3, help="attention heads")
     parser.add_argument("--mlp", type=int, default=384, help="MLP hidden size")
     parser.add_argument("--img-size", type=int, default=224)
     parser.add_argument("--patch-size", type=int, default=16)
     parser.add_argument("--num-classes", type=int, default=3)
-    parser.add_argument("--dropout", type=float, default=0.1, help="MLP/embedding dropout")
+    parser.add_argument(
+        "--dropout", type=float, default=0.1, help="MLP/embedding dropout"
+    )
     parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--steps", type=int, default=3, help="timed training steps per repeat")
-    parser.add_argument("--warmup", type=int, default=1, help="untimed steps per model first")
-    parser.add_argument("--repeats", type=int, default=6, help="alternating timed repeats")
+    parser.add_argument(
+        "--steps", type=int, default=3, help="timed training steps per repeat"
+    )
+    parser.add_argument(
+        "--warmup", type=int, default=1, help="untimed steps per model first"
+    )
+    parser.add_argument(
+        "--repeats", type=int, default=6, help="alternating timed repeats"
+    )
     parser.add_argument("--optimizer", choices=["sgd", "adamw"], default="sgd")
     parser.add_argument(
         "--threads",
@@ -123,7 +133,10 @@ def main() -> None:
             results[name].append(
                 train_steps(models[name], optimizers[name], images, labels, args.steps)
             )
-        print(f"repeat {repeat}: " + "  ".join(f"{n} {results[n][-1]:.2f}" for n in models))
+        print(
+            f"repeat {repeat}: "
+            + "  ".join(f"{n} {results[n][-1]:.2f}" for n in models)
+        )
 
     ours_ips = statistics.median(results["ours"])
     tv_ips = statistics.median(results["torchvision"])

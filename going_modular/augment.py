@@ -49,7 +49,10 @@ def _crop(crop: str | None, img_size: int) -> list[v2.Transform]:
     if crop == "resized":
         return [
             v2.RandomResizedCrop(
-                img_size, scale=(0.8, 1.0), interpolation=InterpolationMode.BICUBIC, antialias=True
+                img_size,
+                scale=(0.8, 1.0),
+                interpolation=InterpolationMode.BICUBIC,
+                antialias=True,
             )
         ]
     if crop is None:
@@ -57,8 +60,14 @@ def _crop(crop: str | None, img_size: int) -> list[v2.Transform]:
     raise ValueError(f"Unknown crop {crop!r}; choose one of {CROPS}.")
 
 
-def _to_normalised_tensor(mean: Sequence[float], std: Sequence[float]) -> list[v2.Transform]:
-    return [v2.ToImage(), v2.ToDtype(torch.float32, scale=True), v2.Normalize(mean, std)]
+def _to_normalised_tensor(
+    mean: Sequence[float], std: Sequence[float]
+) -> list[v2.Transform]:
+    return [
+        v2.ToImage(),
+        v2.ToDtype(torch.float32, scale=True),
+        v2.Normalize(mean, std),
+    ]
 
 
 def cifar_train_transform(
@@ -94,7 +103,9 @@ def cifar_train_transform(
 
 
 def cifar_test_transform(
-    img_size: int = 32, mean: Sequence[float] = CIFAR10_MEAN, std: Sequence[float] = CIFAR10_STD
+    img_size: int = 32,
+    mean: Sequence[float] = CIFAR10_MEAN,
+    std: Sequence[float] = CIFAR10_STD,
 ) -> v2.Compose:
     """Test transform: resize to ``img_size``, convert to float and normalise; nothing random."""
     return v2.Compose(
@@ -143,31 +154,49 @@ class MixUpCutMix:
         stop_after_steps: int | None = None,
     ):
         if mixup_alpha <= 0 and cutmix_alpha <= 0:
-            raise ValueError("Need mixup_alpha > 0 or cutmix_alpha > 0 (or no batch transform).")
+            raise ValueError(
+                "Need mixup_alpha > 0 or cutmix_alpha > 0 (or no batch transform)."
+            )
         if not 0.0 <= prob <= 1.0 or not 0.0 <= switch_prob <= 1.0:
-            raise ValueError(f"prob and switch_prob must be in [0, 1], got {prob}, {switch_prob}.")
-        self.num_classes, self.prob, self.stop_after_steps = num_classes, prob, stop_after_steps
-        mixup = v2.MixUp(alpha=mixup_alpha, num_classes=num_classes) if mixup_alpha > 0 else None
+            raise ValueError(
+                f"prob and switch_prob must be in [0, 1], got {prob}, {switch_prob}."
+            )
+        self.num_classes, self.prob, self.stop_after_steps = (
+            num_classes,
+            prob,
+            stop_after_steps,
+        )
+        mixup = (
+            v2.MixUp(alpha=mixup_alpha, num_classes=num_classes)
+            if mixup_alpha > 0
+            else None
+        )
         cutmix = (
-            v2.CutMix(alpha=cutmix_alpha, num_classes=num_classes) if cutmix_alpha > 0 else None
+            v2.CutMix(alpha=cutmix_alpha, num_classes=num_classes)
+            if cutmix_alpha > 0
+            else None
         )
         if mixup and cutmix:
-            self.mix = v2.RandomChoice([cutmix, mixup], p=[switch_prob, 1.0 - switch_prob])
+            self.mix = v2.RandomChoice(
+                [cutmix, mixup], p=[switch_prob, 1.0 - switch_prob]
+            )
         else:
             self.mix = mixup or cutmix
         self.steps = 0
 
-    def __call__(self, X: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def __call__(
+        self, X: torch.Tensor, y: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         self.steps += 1
-        stopped = self.stop_after_steps is not None and self.steps > self.stop_after_steps
+        stopped = (
+            self.stop_after_steps is not None and self.steps > self.stop_after_steps
+        )
         if stopped or (self.prob < 1.0 and torch.rand(()).item() >= self.prob):
             return X, nn.functional.one_hot(y, self.num_classes).to(X.dtype)
         return self.mix(X, y)
 
     def __repr__(self) -> str:
-        return (
-            f"MixUpCutMix(prob={self.prob}, stop_after_steps={self.stop_after_steps}, {self.mix})"
-        )
+        return f"MixUpCutMix(prob={self.prob}, stop_after_steps={self.stop_after_steps}, {self.mix})"
 
 
 def mixup_cutmix(
@@ -179,7 +208,9 @@ def mixup_cutmix(
     stop_after_steps: int | None = None,
 ) -> MixUpCutMix:
     """MixUp (alpha 0.8) or CutMix (alpha 1.0), half the batches each, as the reference config."""
-    return MixUpCutMix(num_classes, mixup_alpha, cutmix_alpha, prob, switch_prob, stop_after_steps)
+    return MixUpCutMix(
+        num_classes, mixup_alpha, cutmix_alpha, prob, switch_prob, stop_after_steps
+    )
 
 
 @dataclass
@@ -237,7 +268,13 @@ class CCTRecipe:
     ) -> v2.Compose:
         """This recipe's per-image training transform (see :func:`cifar_train_transform`)."""
         return cifar_train_transform(
-            img_size, self.policy, self.random_erasing, mean, std, crop=self.crop, hflip=self.hflip
+            img_size,
+            self.policy,
+            self.random_erasing,
+            mean,
+            std,
+            crop=self.crop,
+            hflip=self.hflip,
         )
 
     def test_transform(
@@ -273,7 +310,9 @@ class CCTRecipe:
             )
         scale = self._scale(epochs)
         total_steps = epochs * steps_per_epoch
-        warmup_steps = min(total_steps, round(self.warmup_epochs * scale * steps_per_epoch))
+        warmup_steps = min(
+            total_steps, round(self.warmup_epochs * scale * steps_per_epoch)
+        )
         cooldown_steps = round(self.cooldown_epochs * scale * steps_per_epoch)
         cosine_end = max(warmup_steps + 1, total_steps - cooldown_steps)
         params = (
@@ -281,14 +320,18 @@ class CCTRecipe:
             if self.exempt_1d_params
             else [{"params": [p for p in model.parameters() if p.requires_grad]}]
         )
-        optimizer = torch.optim.AdamW(params, lr=self.lr, weight_decay=self.weight_decay)
+        optimizer = torch.optim.AdamW(
+            params, lr=self.lr, weight_decay=self.weight_decay
+        )
         scheduler = warmup_cosine_schedule(
             optimizer, warmup_steps, cosine_end, min_factor=self.min_lr / self.lr
         )
         batch_transform = None
         if self.mixup_alpha > 0 or self.cutmix_alpha > 0:
             if num_classes is None:
-                raise ValueError(f"Recipe {self.name!r} mixes images: pass num_classes to build().")
+                raise ValueError(
+                    f"Recipe {self.name!r} mixes images: pass num_classes to build()."
+                )
             stop = None
             if self.mix_off_epoch is not None:
                 stop = round(self.mix_off_epoch * scale * steps_per_epoch)

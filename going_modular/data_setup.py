@@ -35,7 +35,9 @@ def check_image_folder(folder: str | Path) -> list[str]:
             f"Data folder {folder} does not exist. Download the data first (for example with "
             "going_modular.datasets.get_food_data()) or check the path."
         )
-    classes = sorted(p.name for p in folder.iterdir() if p.is_dir() and not p.name.startswith("."))
+    classes = sorted(
+        p.name for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")
+    )
     if not classes:
         raise ValueError(
             f"Data folder {folder} has no class subfolders. Expected the ImageFolder layout "
@@ -74,17 +76,27 @@ def create_dataloaders(
             f"Train classes {train_classes} and test classes {test_classes} differ; "
             "both folders need the same class subfolders."
         )
-    train_data = datasets.ImageFolder(str(train_dir), transform=transform, loader=load_rgb)
+    train_data = datasets.ImageFolder(
+        str(train_dir), transform=transform, loader=load_rgb
+    )
     test_data = datasets.ImageFolder(
         str(test_dir), transform=test_transform or transform, loader=load_rgb
     )
     workers = default_num_workers() if num_workers is None else num_workers
     pin = torch.cuda.is_available()
     train_dataloader = DataLoader(
-        train_data, batch_size=batch_size, shuffle=True, num_workers=workers, pin_memory=pin
+        train_data,
+        batch_size=batch_size,
+        shuffle=True,
+        num_workers=workers,
+        pin_memory=pin,
     )
     test_dataloader = DataLoader(
-        test_data, batch_size=batch_size, shuffle=False, num_workers=workers, pin_memory=pin
+        test_data,
+        batch_size=batch_size,
+        shuffle=False,
+        num_workers=workers,
+        pin_memory=pin,
     )
     return train_dataloader, test_dataloader, train_data.classes
 
@@ -93,4 +105,6 @@ def walk_through_dir(dir_path: str | Path) -> None:
     """Print how many folders and images each folder below ``dir_path`` holds."""
     for dirpath, dirnames, filenames in os.walk(dir_path):
         dirnames.sort()
-        print(f"There are {len(dirnames)} directories and {len(filenames)} images in '{dirpath}'.")
+        print(
+            f"There are {len(dirnames)} directories and {len(filenames)} images in '{dirpath}'."
+        )

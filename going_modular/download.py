@@ -46,13 +46,17 @@ def _fetch(url: str, target: Path, timeout: float) -> None:
         with urllib.request.urlopen(url, timeout=timeout) as response:
             status = getattr(response, "status", 200)
             if status != 200:
-                raise _fail(url, f"HTTP status {status}", "Check the URL and try again later.")
+                raise _fail(
+                    url, f"HTTP status {status}", "Check the URL and try again later."
+                )
             expected = response.headers.get("Content-Length")
             expected = int(expected) if expected is not None else None
             received = 0
             with (
                 open(target, "wb") as f,
-                tqdm(total=expected, unit="B", unit_scale=True, desc=target.name[:30]) as bar,
+                tqdm(
+                    total=expected, unit="B", unit_scale=True, desc=target.name[:30]
+                ) as bar,
             ):
                 for chunk in iter(lambda: response.read(CHUNK), b""):
                     f.write(chunk)
@@ -64,7 +68,9 @@ def _fetch(url: str, target: Path, timeout: float) -> None:
         if isinstance(e, DownloadError):
             raise
         reason = getattr(e, "reason", e)
-        raise _fail(url, f"network error ({reason})", "Check your connection and retry.") from e
+        raise _fail(
+            url, f"network error ({reason})", "Check your connection and retry."
+        ) from e
     if expected is not None and received != expected:
         raise _fail(
             url,
@@ -89,7 +95,9 @@ def _safe_extract(archive: Path, destination: Path, url: str) -> None:
                     )
             zf.extractall(root)
     except zipfile.BadZipFile as e:
-        raise _fail(url, "the file is not a valid zip archive", "Delete it and retry.") from e
+        raise _fail(
+            url, "the file is not a valid zip archive", "Delete it and retry."
+        ) from e
 
 
 def download_data(
@@ -118,7 +126,9 @@ def download_data(
         print(f"[INFO] {folder} already exists, skipping download.")
         return folder
     if is_offline():
-        raise _fail(source, "BOOK_OFFLINE=1 forbids network access", "Unset it to download.")
+        raise _fail(
+            source, "BOOK_OFFLINE=1 forbids network access", "Unset it to download."
+        )
 
     root.mkdir(parents=True, exist_ok=True)
     filename = Path(source.split("?")[0]).name or "download"

@@ -17,7 +17,9 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-BatchTransform = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+BatchTransform = Callable[
+    [torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]
+]
 
 
 def _autocast(device: torch.device | str, amp: bool):
@@ -25,7 +27,9 @@ def _autocast(device: torch.device | str, amp: bool):
     if not amp:
         return contextlib.nullcontext()
     kind = torch.device(device).type
-    return torch.autocast(kind, dtype=torch.float16 if kind == "cuda" else torch.bfloat16)
+    return torch.autocast(
+        kind, dtype=torch.float16 if kind == "cuda" else torch.bfloat16
+    )
 
 
 def _hard_labels(y: torch.Tensor) -> torch.Tensor:
@@ -37,7 +41,14 @@ def _batches(dataloader: Iterable, max_steps: int | None, desc: str, progress: b
     if max_steps is not None:
         total = max_steps if total is None else min(total, max_steps)
     batches = itertools.islice(dataloader, max_steps)
-    return tqdm(batches, total=total, desc=desc, leave=False, file=sys.stdout, disable=not progress)
+    return tqdm(
+        batches,
+        total=total,
+        desc=desc,
+        leave=False,
+        file=sys.stdout,
+        disable=not progress,
+    )
 
 
 class _UntilDeadline:
@@ -111,7 +122,9 @@ def train_step(
         correct += (logits.argmax(dim=1) == _hard_labels(y)).sum().item()
         seen += n
     if seen == 0:
-        raise ValueError("The training dataloader yielded no batches; is the dataset empty?")
+        raise ValueError(
+            "The training dataloader yielded no batches; is the dataset empty?"
+        )
     return total_loss / seen, correct / seen
 
 
@@ -139,7 +152,9 @@ def test_step(
         correct += (logits.argmax(dim=1) == _hard_labels(y)).sum().item()
         seen += n
     if seen == 0:
-        raise ValueError("The test dataloader yielded no batches; is the dataset empty?")
+        raise ValueError(
+            "The test dataloader yielded no batches; is the dataset empty?"
+        )
     return total_loss / seen, correct / seen
 
 
@@ -174,7 +189,9 @@ def train(
     starts. The final test pass runs after the budget, so the call takes a little longer.
     """
     if time_budget is not None and not time_budget > 0:
-        raise ValueError(f"time_budget must be a positive number of seconds, got {time_budget}.")
+        raise ValueError(
+            f"time_budget must be a positive number of seconds, got {time_budget}."
+        )
     if epochs <= 0:
         raise ValueError(f"epochs must be a positive integer, got {epochs}.")
     model.to(device)
@@ -220,7 +237,9 @@ def train(
             progress=progress,
         )
         seconds = time.perf_counter() - start
-        for key, value in zip(results, (train_loss, train_acc, test_loss, test_acc, seconds)):
+        for key, value in zip(
+            results, (train_loss, train_acc, test_loss, test_acc, seconds)
+        ):
             results[key].append(value)
         if progress:
             print(

@@ -21,7 +21,10 @@ def param_groups_weight_decay(model: nn.Module, weight_decay: float) -> list[dic
 
 
 def warmup_cosine_schedule(
-    optimizer: torch.optim.Optimizer, warmup_steps: int, total_steps: int, min_factor: float = 0.0
+    optimizer: torch.optim.Optimizer,
+    warmup_steps: int,
+    total_steps: int,
+    min_factor: float = 0.0,
 ) -> torch.optim.lr_scheduler.LambdaLR:
     """Linear warmup from 0 over ``warmup_steps``, then cosine decay to ``min_factor`` x LR.
 
@@ -37,6 +40,8 @@ def warmup_cosine_schedule(
         if step < warmup_steps:
             return (step + 1) / warmup_steps
         progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
-        return min_factor + (1 - min_factor) * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
+        return min_factor + (1 - min_factor) * 0.5 * (
+            1 + math.cos(math.pi * min(progress, 1.0))
+        )
 
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)

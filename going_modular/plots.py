@@ -7,7 +7,9 @@ import numpy as np
 import torch
 
 
-def plot_loss_curves(results: dict[str, list[float]], title: str | None = None) -> plt.Figure:
+def plot_loss_curves(
+    results: dict[str, list[float]], title: str | None = None
+) -> plt.Figure:
     """Plot training and test loss and accuracy per epoch from an engine ``results`` dict."""
     epochs = range(1, len(results["train_loss"]) + 1)
     fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(11, 4))
@@ -23,7 +25,9 @@ def plot_loss_curves(results: dict[str, list[float]], title: str | None = None) 
     return fig
 
 
-def compare_runs(runs: dict[str, dict[str, list[float]]], title: str | None = None) -> plt.Figure:
+def compare_runs(
+    runs: dict[str, dict[str, list[float]]], title: str | None = None
+) -> plt.Figure:
     """Plot the test loss and accuracy of several named runs on shared axes."""
     fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(11, 4))
     for name, results in runs.items():

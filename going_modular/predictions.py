@@ -50,7 +50,9 @@ def pred_and_plot_image(
             [
                 transforms.Resize(image_size),
                 transforms.ToTensor(),
-                transforms.Normalize(mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225]),
+                transforms.Normalize(
+                    mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225]
+                ),
             ]
         )
     label, prob = predict_image(model, image_path, class_names, transform, device)
@@ -80,7 +82,9 @@ def plot_prediction_grid(
         preds = model(torch.stack(images).to(device)).argmax(dim=1).cpu()
     cols = int(len(indices) ** 0.5 + 0.999)
     rows = (len(indices) + cols - 1) // cols
-    fig, axes = plt.subplots(rows, cols, figsize=(2.6 * cols, 2.8 * rows), squeeze=False)
+    fig, axes = plt.subplots(
+        rows, cols, figsize=(2.6 * cols, 2.8 * rows), squeeze=False
+    )
     for ax in axes.flat:
         ax.axis("off")
     for ax, image, label, pred in zip(axes.flat, images, labels, preds, strict=False):

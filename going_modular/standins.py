@@ -32,7 +32,11 @@ def _texture(name: str) -> np.ndarray:
 
 
 def make_texture_photos(
-    root: Path, train_per_class: int = 75, test_per_class: int = 25, crop: int = 128, seed: int = 0
+    root: Path,
+    train_per_class: int = 75,
+    test_per_class: int = 25,
+    crop: int = 128,
+    seed: int = 0,
 ) -> Path:
     """Write the 3-class texture dataset to ``root`` (ImageFolder layout) and return it.
 
@@ -59,7 +63,9 @@ def make_texture_photos(
                     size = int(rng.integers(crop // 2, min(crop * 2, bottom - top) + 1))
                     y = int(rng.integers(top, bottom - size + 1))
                     x = int(rng.integers(0, photo.shape[1] - size + 1))
-                    patch = Image.fromarray(photo[y : y + size, x : x + size]).convert("RGB")
+                    patch = Image.fromarray(photo[y : y + size, x : x + size]).convert(
+                        "RGB"
+                    )
                     if rng.random() < 0.5:
                         patch = patch.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
                     patch.resize((crop, crop), Image.Resampling.BICUBIC).save(
@@ -109,12 +115,17 @@ class DigitsMNIST(_ImageListDataset):
 
     classes = [
         f"{d} - {w}"
-        for d, w in enumerate("zero one two three four five six seven eight nine".split())
+        for d, w in enumerate(
+            "zero one two three four five six seven eight nine".split()
+        )
     ]
 
     def __init__(self, train: bool = True, transform=None):
         images, labels = _digits_split(train)
-        pil = [Image.fromarray(im).resize((28, 28), Image.Resampling.BILINEAR) for im in images]
+        pil = [
+            Image.fromarray(im).resize((28, 28), Image.Resampling.BILINEAR)
+            for im in images
+        ]
         super().__init__(pil, [int(t) for t in labels], transform)
 
 
@@ -129,24 +140,34 @@ class PhotoDigits(_ImageListDataset):
     classes = [str(d) for d in range(10)]
 
     def __init__(
-        self, train: bool = True, transform=None, copies: int | None = None, seed: int = 0
+        self,
+        train: bool = True,
+        transform=None,
+        copies: int | None = None,
+        seed: int = 0,
     ):
         from skimage import data
 
         copies = copies if copies is not None else (4 if train else 2)
         rng = np.random.default_rng(seed + (0 if train else 1))
         photos = [np.asarray(getattr(data, n)())[..., :3] for n in _BACKGROUND_PHOTOS]
-        halves = [p[: p.shape[0] // 2] if train else p[p.shape[0] // 2 :] for p in photos]
+        halves = [
+            p[: p.shape[0] // 2] if train else p[p.shape[0] // 2 :] for p in photos
+        ]
         digits, labels = _digits_split(train)
         images, targets = [], []
         for digit, label in zip(digits, labels, strict=True):
             for _ in range(copies):
-                images.append(self._render(digit, halves[rng.integers(len(halves))], rng))
+                images.append(
+                    self._render(digit, halves[rng.integers(len(halves))], rng)
+                )
                 targets.append(int(label))
         super().__init__(images, targets, transform)
 
     @staticmethod
-    def _render(digit: np.ndarray, photo: np.ndarray, rng: np.random.Generator) -> Image.Image:
+    def _render(
+        digit: np.ndarray, photo: np.ndarray, rng: np.random.Generator
+    ) -> Image.Image:
         y = int(rng.integers(0, photo.shape[0] - 32))
         x = int(rng.integers(0, photo.shape[1] - 32))
         canvas = photo[y : y + 32, x : x + 32].astype(np.float32) * 0.6
@@ -156,5 +177,7 @@ class PhotoDigits(_ImageListDataset):
         colour = rng.uniform(120, 255, size=3).astype(np.float32)
         top, left = (int(v) for v in rng.integers(0, 32 - size + 1, size=2))
         region = canvas[top : top + size, left : left + size]
-        canvas[top : top + size, left : left + size] = alpha * colour + (1 - alpha) * region
+        canvas[top : top + size, left : left + size] = (
+            alpha * colour + (1 - alpha) * region
+        )
         return Image.fromarray(canvas.clip(0, 255).astype(np.uint8))

@@ -76,12 +76,16 @@ class Vocabulary:
     def __init__(self, itos: Sequence[str]):
         itos = list(itos)
         if itos[:2] != [PAD, UNK]:
-            raise ValueError(f"A vocabulary starts with {PAD!r}, {UNK!r}; got {itos[:2]}.")
+            raise ValueError(
+                f"A vocabulary starts with {PAD!r}, {UNK!r}; got {itos[:2]}."
+            )
         if len(set(itos)) != len(itos):
             raise ValueError("Vocabulary entries must be unique.")
         self.itos = itos
         self.stoi = {word: i for i, word in enumerate(itos)}
-        self.counts: Counter[str] = Counter()  # word counts of the texts it was built from
+        self.counts: Counter[str] = (
+            Counter()
+        )  # word counts of the texts it was built from
 
     @classmethod
     def build(
@@ -96,7 +100,8 @@ class Vocabulary:
             raise ValueError(f"min_freq must be at least 1, got {min_freq}.")
         counts = Counter(word for text in texts for word in tokenize(text))
         words = sorted(
-            (w for w, c in counts.items() if c >= min_freq), key=lambda w: (-counts[w], w)
+            (w for w, c in counts.items() if c >= min_freq),
+            key=lambda w: (-counts[w], w),
         )
         if max_size is not None:
             words = words[: max(0, max_size - 2)]
@@ -124,7 +129,9 @@ class Vocabulary:
         return [self.itos[i] for i in ids if not (skip_pad and i == PAD_ID)]
 
     def __repr__(self) -> str:
-        return f"Vocabulary({len(self)} entries: {PAD}, {UNK} and {len(self) - 2} words)"
+        return (
+            f"Vocabulary({len(self)} entries: {PAD}, {UNK} and {len(self) - 2} words)"
+        )
 
 
 def text_to_ids(text: str, vocab: Vocabulary, max_len: int) -> list[int]:
@@ -134,7 +141,9 @@ def text_to_ids(text: str, vocab: Vocabulary, max_len: int) -> list[int]:
     return vocab.lookup(tokenize(text)[:max_len]) or [UNK_ID]
 
 
-def pad_ids(sequences: Sequence[Sequence[int]], length: int | None = None) -> torch.Tensor:
+def pad_ids(
+    sequences: Sequence[Sequence[int]], length: int | None = None
+) -> torch.Tensor:
     """Right-pad id sequences with ``PAD_ID`` into a (B, length) LongTensor (default: longest)."""
     length = max(len(s) for s in sequences) if length is None else length
     ids = torch.full((len(sequences), length), PAD_ID, dtype=torch.long)
@@ -144,7 +153,11 @@ def pad_ids(sequences: Sequence[Sequence[int]], length: int | None = None) -> to
 
 
 def encode(
-    texts: str | Sequence[str], vocab: Vocabulary, max_len: int, *, pad_to_longest: bool = False
+    texts: str | Sequence[str],
+    vocab: Vocabulary,
+    max_len: int,
+    *,
+    pad_to_longest: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Texts -> ``(ids, mask)``, both (B, L): word ids right-padded with ``<pad>``, and True
     where there is a real word.
@@ -169,7 +182,11 @@ class TextDataset(Dataset):
     """``(ids, label)`` pairs: ``ids`` a 1-D LongTensor of at most ``max_len`` word ids."""
 
     def __init__(
-        self, texts: Sequence[str], labels: Sequence[int], vocab: Vocabulary, max_len: int
+        self,
+        texts: Sequence[str],
+        labels: Sequence[int],
+        vocab: Vocabulary,
+        max_len: int,
     ):
         if len(texts) != len(labels):
             raise ValueError(f"{len(texts)} texts but {len(labels)} labels.")
@@ -185,10 +202,14 @@ class TextDataset(Dataset):
         return self.ids[index], self.labels[index]
 
 
-def collate_padded(batch: Sequence[tuple[torch.Tensor, int]]) -> tuple[torch.Tensor, torch.Tensor]:
+def collate_padded(
+    batch: Sequence[tuple[torch.Tensor, int]],
+) -> tuple[torch.Tensor, torch.Tensor]:
     """A list of ``(ids, label)`` -> ``(ids (B, L), labels (B,))``, L the batch's longest text."""
     sequences, labels = zip(*batch)
-    return pad_ids([s.tolist() for s in sequences]), torch.tensor(labels, dtype=torch.long)
+    return pad_ids([s.tolist() for s in sequences]), torch.tensor(
+        labels, dtype=torch.long
+    )
 
 
 def text_dataloaders(
@@ -206,7 +227,9 @@ def text_dataloaders(
     train = TextDataset(data.train_texts, data.train_labels, vocab, max_len)
     test = TextDataset(data.test_texts, data.test_labels, vocab, max_len)
     generator = torch.Generator().manual_seed(seed)
-    common = dict(batch_size=batch_size, collate_fn=collate_padded, num_workers=num_workers)
+    common = dict(
+        batch_size=batch_size, collate_fn=collate_padded, num_workers=num_workers
+    )
     return (
         DataLoader(train, shuffle=True, generator=generator, **common),
         DataLoader(test, shuffle=False, **common),
@@ -249,11 +272,18 @@ class TextClassificationData:
 
     def __post_init__(self) -> None:
         for split in ("train", "test"):
-            texts, labels = getattr(self, f"{split}_texts"), getattr(self, f"{split}_labels")
+            texts, labels = (
+                getattr(self, f"{split}_texts"),
+                getattr(self, f"{split}_labels"),
+            )
             if len(texts) != len(labels):
-                raise ValueError(f"{split}: {len(texts)} texts but {len(labels)} labels.")
+                raise ValueError(
+                    f"{split}: {len(texts)} texts but {len(labels)} labels."
+                )
             if labels and not 0 <= min(labels) <= max(labels) < len(self.class_names):
-                raise ValueError(f"{split}: labels must lie in [0, {len(self.class_names)}).")
+                raise ValueError(
+                    f"{split}: labels must lie in [0, {len(self.class_names)})."
+                )
 
     def subset(
         self, n_train: int | None = None, n_test: int | None = None, seed: int = 0
@@ -299,7 +329,9 @@ def _announce_stand_in(real: str, stand_in: str) -> None:
     print(f"[STAND-IN] {real} is not available offline: using {stand_in} instead.")
 
 
-def _real_or_stand_in(name: str, load_real, stand_in_classes: int, fallback: bool, root):
+def _real_or_stand_in(
+    name: str, load_real, stand_in_classes: int, fallback: bool, root
+):
     root = Path(root) if root is not None else data_dir()
     if not is_offline():
         try:
@@ -364,9 +396,13 @@ def read_ag_news_jsonl(path: str | Path) -> tuple[list[str], list[int]]:
                 record = json.loads(line)
                 text, label = str(record["text"]), int(record["label"])
             except (ValueError, KeyError, TypeError) as e:
-                raise ValueError(f"{Path(path).name} line {number}: not an AG News record") from e
+                raise ValueError(
+                    f"{Path(path).name} line {number}: not an AG News record"
+                ) from e
             if not 0 <= label < len(AG_NEWS_CLASSES):
-                raise ValueError(f"{Path(path).name} line {number}: label {label} out of range")
+                raise ValueError(
+                    f"{Path(path).name} line {number}: label {label} out of range"
+                )
             texts.append(text)
             labels.append(label)
     return texts, labels
@@ -400,11 +436,18 @@ def _load(name: str, urls: dict, reader, classes: list[str], root: Path, source:
                 f"{path.parent.name} in the data folder and retry."
             ) from e
     return TextClassificationData(
-        name, list(classes), *splits["train"], *splits["test"], stand_in=False, source=source
+        name,
+        list(classes),
+        *splits["train"],
+        *splits["test"],
+        stand_in=False,
+        source=source,
     )
 
 
-def get_ag_news(*, fallback: bool = True, root: str | Path | None = None) -> TextClassificationData:
+def get_ag_news(
+    *, fallback: bool = True, root: str | Path | None = None
+) -> TextClassificationData:
     """AG News (120,000 train / 7,600 test news headlines and leads, 4 balanced topics).
 
     Offline, or when the download fails and ``fallback`` is True, the 4-class docstring
@@ -425,7 +468,9 @@ def get_ag_news(*, fallback: bool = True, root: str | Path | None = None) -> Tex
     return _real_or_stand_in("AG News", load, 4, fallback, root)
 
 
-def get_trec(*, fallback: bool = True, root: str | Path | None = None) -> TextClassificationData:
+def get_trec(
+    *, fallback: bool = True, root: str | Path | None = None
+) -> TextClassificationData:
     """TREC question classification, 6 coarse classes (5,452 train / 500 test questions).
 
     Offline, or when the download fails and ``fallback`` is True, the 6-class docstring
@@ -447,7 +492,14 @@ def get_trec(*, fallback: bool = True, root: str | Path | None = None) -> TextCl
 
 # The stand-in: docstrings classified by library ----------------------------------------------
 
-STAND_IN_LIBRARIES = ("numpy", "torch", "matplotlib", "scikit-learn", "scipy", "scikit-image")
+STAND_IN_LIBRARIES = (
+    "numpy",
+    "torch",
+    "matplotlib",
+    "scikit-learn",
+    "scipy",
+    "scikit-image",
+)
 _MODULES = {
     "numpy": ("numpy", "numpy.linalg", "numpy.fft", "numpy.random", "numpy.ma", "numpy.polynomial"),
     "torch": (
@@ -530,7 +582,9 @@ def first_paragraph(doc: str) -> str | None:
 
 def _public_callables(module_name: str):
     module = importlib.import_module(module_name)
-    names = getattr(module, "__all__", None) or [n for n in dir(module) if not n.startswith("_")]
+    names = getattr(module, "__all__", None) or [
+        n for n in dir(module) if not n.startswith("_")
+    ]
     for name in sorted(set(names)):
         try:
             obj = getattr(module, name)
@@ -552,7 +606,9 @@ def library_docstrings(library: str) -> tuple[tuple[str, str], ...]:
     shared by several names (aliases, wrappers) is kept once, under its first name in
     alphabetical order."""
     if library not in _MODULES:
-        raise ValueError(f"Unknown library {library!r}; choose from {STAND_IN_LIBRARIES}.")
+        raise ValueError(
+            f"Unknown library {library!r}; choose from {STAND_IN_LIBRARIES}."
+        )
     first_name: dict[str, str] = {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -586,7 +642,10 @@ def make_docstring_corpus(
     """
     libraries = list(libraries)
     cleaned = {
-        lib: [(name, " ".join(_LIBRARY_NAMES.sub("LIB", text).split())) for name, text in items]
+        lib: [
+            (name, " ".join(_LIBRARY_NAMES.sub("LIB", text).split()))
+            for name, text in items
+        ]
         for lib, items in ((lib, library_docstrings(lib)) for lib in libraries)
     }
     # How often each cleaned text occurs over all libraries: keep only the unique ones.
@@ -597,10 +656,14 @@ def make_docstring_corpus(
     }
     cutoff = int(test_fraction * 2**64)
     for label, library in enumerate(libraries):
-        items = [(name, text) for name, text in cleaned[library] if occurrences[text] == 1]
+        items = [
+            (name, text) for name, text in cleaned[library] if occurrences[text] == 1
+        ]
         items.sort(key=lambda item: _hash("select", item[0]))
         for name, text in sorted(items[:per_class]):
-            texts, labels, names = splits["test" if _hash("split", name) < cutoff else "train"]
+            texts, labels, names = splits[
+                "test" if _hash("split", name) < cutoff else "train"
+            ]
             texts.append(text)
             labels.append(label)
             names.append(name)
@@ -623,7 +686,9 @@ def make_docstring_corpus(
 
 # Pretrained word vectors -----------------------------------------------------------------------
 
-GLOVE_URL = "https://nlp.stanford.edu/data/glove.6B.zip"  # Pennington et al. (2014), 822 MB
+GLOVE_URL = (
+    "https://nlp.stanford.edu/data/glove.6B.zip"  # Pennington et al. (2014), 822 MB
+)
 
 
 def read_word_vectors(
@@ -669,8 +734,12 @@ def get_glove(
     :class:`~going_modular.download.DownloadError`.
     """
     if dim not in (50, 100, 200, 300):
-        raise ValueError(f"GloVe 6B comes in 50, 100, 200 or 300 dimensions, not {dim}.")
+        raise ValueError(
+            f"GloVe 6B comes in 50, 100, 200 or 300 dimensions, not {dim}."
+        )
     root = Path(root) if root is not None else data_dir()
     folder = download_data(GLOVE_URL, "glove_6B", data_dir=root, timeout=60.0)
-    weights, found = read_word_vectors(folder / f"glove.6B.{dim}d.txt", vocab, dim, seed)
+    weights, found = read_word_vectors(
+        folder / f"glove.6B.{dim}d.txt", vocab, dim, seed
+    )
     return weights, found / max(1, len(vocab) - 2)

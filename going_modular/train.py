@@ -97,7 +97,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--epochs", type=_positive_int, default=None, help="default: 5, or the recipe's"
     )
     parser.add_argument(
-        "--batch-size", type=_positive_int, default=None, help="default: 32, or the recipe's"
+        "--batch-size",
+        type=_positive_int,
+        default=None,
+        help="default: 32, or the recipe's",
     )
     parser.add_argument(
         "--lr",
@@ -118,7 +121,10 @@ def build_parser() -> argparse.ArgumentParser:
         "the recipe's, shortened in proportion when --epochs is below the recipe's)",
     )
     parser.add_argument(
-        "--label-smoothing", type=float, default=None, help="default: 0, or the recipe's"
+        "--label-smoothing",
+        type=float,
+        default=None,
+        help="default: 0, or the recipe's",
     )
     parser.add_argument("--max-grad-norm", type=_positive_float, default=None)
     parser.add_argument(
@@ -134,7 +140,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="cap on training batches per epoch, for quick runs",
     )
     parser.add_argument(
-        "--amp", action="store_true", help="mixed precision (float16 on CUDA, bfloat16 on CPU)"
+        "--amp",
+        action="store_true",
+        help="mixed precision (float16 on CUDA, bfloat16 on CPU)",
     )
     parser.add_argument(
         "--time-budget",
@@ -168,11 +176,15 @@ def make_dataloaders(
 
     ``train_transform``/``test_transform`` replace the default (resize + to tensor) per split.
     """
-    transform = transforms.Compose([transforms.Resize((img_size, img_size)), transforms.ToTensor()])
+    transform = transforms.Compose(
+        [transforms.Resize((img_size, img_size)), transforms.ToTensor()]
+    )
     train_transform = train_transform or transform
     test_transform = test_transform or transform
     if dataset in ("food", "food20"):
-        data = datasets.get_food_data("10%" if dataset == "food" else "20%", fallback=fallback)
+        data = datasets.get_food_data(
+            "10%" if dataset == "food" else "20%", fallback=fallback
+        )
         return data_setup.create_dataloaders(
             data.train_dir,
             data.test_dir,
@@ -186,8 +198,12 @@ def make_dataloaders(
     test_data = getter(train=False, transform=test_transform, fallback=fallback)
     workers = data_setup.default_num_workers() if num_workers is None else num_workers
     return (
-        DataLoader(train_data, batch_size=batch_size, shuffle=True, num_workers=workers),
-        DataLoader(test_data, batch_size=batch_size, shuffle=False, num_workers=workers),
+        DataLoader(
+            train_data, batch_size=batch_size, shuffle=True, num_workers=workers
+        ),
+        DataLoader(
+            test_data, batch_size=batch_size, shuffle=False, num_workers=workers
+        ),
         list(train_data.classes),
     )
 
@@ -196,13 +212,19 @@ def _resolve_recipe(args: argparse.Namespace) -> augment.CCTRecipe | None:
     """Fill the options left unset from the recipe (or the plain defaults); return the recipe
     with the explicitly given values applied, or None without a recipe."""
     recipe = augment.RECIPES.get(args.recipe)
-    explicit = {key: getattr(args, key) for key in PLAIN_DEFAULTS if getattr(args, key) is not None}
+    explicit = {
+        key: getattr(args, key)
+        for key in PLAIN_DEFAULTS
+        if getattr(args, key) is not None
+    }
     for key, plain in PLAIN_DEFAULTS.items():
         if getattr(args, key) is None:
             setattr(args, key, getattr(recipe, key) if recipe else plain)
     if recipe is None:
         return None
-    explicit.pop("epochs", None)  # the run's length; the recipe's own epochs set its proportions
+    explicit.pop(
+        "epochs", None
+    )  # the run's length; the recipe's own epochs set its proportions
     return recipe.replace(**explicit)
 
 
@@ -228,12 +250,17 @@ def run(args: argparse.Namespace) -> dict[str, list[float]]:
         **split_transforms,
     )
     model = build_model(
-        args.model, num_classes=len(class_names), img_size=img_size, in_channels=channels
+        args.model,
+        num_classes=len(class_names),
+        img_size=img_size,
+        in_channels=channels,
     )
     steps_per_epoch = min(len(train_dl), args.max_steps or math.inf)
     scheduler, batch_transform = None, None
     if recipe is not None:
-        parts = recipe.build(model, steps_per_epoch, args.epochs, num_classes=len(class_names))
+        parts = recipe.build(
+            model, steps_per_epoch, args.epochs, num_classes=len(class_names)
+        )
         optimizer, scheduler, loss_fn = parts.optimizer, parts.scheduler, parts.loss_fn
         batch_transform = parts.batch_transform
         print(f"[INFO] Recipe {recipe.name}: {recipe.source}")
@@ -244,7 +271,9 @@ def run(args: argparse.Namespace) -> dict[str, list[float]]:
         loss_fn = nn.CrossEntropyLoss(label_smoothing=args.label_smoothing)
         if args.warmup_epochs > 0:
             scheduler = warmup_cosine_schedule(
-                optimizer, int(args.warmup_epochs * steps_per_epoch), args.epochs * steps_per_epoch
+                optimizer,
+                int(args.warmup_epochs * steps_per_epoch),
+                args.epochs * steps_per_epoch,
             )
     results = engine.train(
         model,

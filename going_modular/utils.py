@@ -44,7 +44,9 @@ def save_model(
     save never leaves a half-written checkpoint. ``model_name`` must end in ``.pt`` or ``.pth``.
     """
     if not model_name.endswith((".pt", ".pth")):
-        raise ValueError(f"model_name should end with '.pt' or '.pth', got {model_name!r}.")
+        raise ValueError(
+            f"model_name should end with '.pt' or '.pth', got {model_name!r}."
+        )
     target_dir = Path(target_dir)
     target_dir.mkdir(parents=True, exist_ok=True)
     path = target_dir / model_name
@@ -67,14 +69,20 @@ def save_model(
     return path
 
 
-def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
+def load_checkpoint(
+    path: str | Path, map_location: str | torch.device = "cpu"
+) -> dict[str, Any]:
     """Read a checkpoint written by :func:`save_model` (safely: ``weights_only=True``)."""
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"No checkpoint at {path}. Check the path or train a model first.")
+        raise FileNotFoundError(
+            f"No checkpoint at {path}. Check the path or train a model first."
+        )
     checkpoint = torch.load(path, map_location=map_location, weights_only=True)
     if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
-        raise ValueError(f"{path} is not a checkpoint written by going_modular.utils.save_model.")
+        raise ValueError(
+            f"{path} is not a checkpoint written by going_modular.utils.save_model."
+        )
     return checkpoint
 
 

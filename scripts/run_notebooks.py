@@ -72,7 +72,10 @@ def run(path: Path) -> float:
     nb = nbformat.read(path, as_version=4)
     start = time.perf_counter()
     NotebookClient(
-        nb, timeout=1800, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
+        nb,
+        timeout=1800,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(path.parent)}},
     ).execute()
     seconds = time.perf_counter() - start
     clean(nb)

@@ -61,9 +61,13 @@ def test_test_transform_is_deterministic_normalisation():
 
 
 def test_random_erasing_is_optional_and_bad_names_are_explained():
-    names = [type(t).__name__ for t in cifar_train_transform(random_erasing=0).transforms]
+    names = [
+        type(t).__name__ for t in cifar_train_transform(random_erasing=0).transforms
+    ]
     assert "RandomErasing" not in names and "AutoAugment" in names
-    assert "RandomErasing" in [type(t).__name__ for t in cifar_train_transform().transforms]
+    assert "RandomErasing" in [
+        type(t).__name__ for t in cifar_train_transform().transforms
+    ]
     with pytest.raises(ValueError, match="Unknown policy"):
         cifar_train_transform(policy="trivial")
     with pytest.raises(ValueError, match="Unknown crop"):
@@ -115,7 +119,9 @@ def test_engine_trains_a_cct_on_mixed_batches_with_the_recipe():
     torch.manual_seed(0)
     model = build_model("cct_2_3x2", num_classes=10, img_size=32)
     loader = _tiny_loader()
-    parts = CCT_CIFAR_300.build(model, steps_per_epoch=len(loader), epochs=2, num_classes=10)
+    parts = CCT_CIFAR_300.build(
+        model, steps_per_epoch=len(loader), epochs=2, num_classes=10
+    )
     before = [p.detach().clone() for p in model.parameters()]
     results = engine.train(
         model,
@@ -138,16 +144,24 @@ def test_engine_trains_a_cct_on_mixed_batches_with_the_recipe():
 
 def test_recipe_exempts_biases_and_norms_from_weight_decay():
     model = build_model("cct_2_3x2")
-    decay, no_decay = CCT_CIFAR_300.build(model, 10, num_classes=10).optimizer.param_groups
+    decay, no_decay = CCT_CIFAR_300.build(
+        model, 10, num_classes=10
+    ).optimizer.param_groups
     assert decay["weight_decay"] == 6e-2 and no_decay["weight_decay"] == 0.0
-    assert all(p.ndim > 1 for p in decay["params"]) and all(p.ndim <= 1 for p in no_decay["params"])
-    assert len(decay["params"]) + len(no_decay["params"]) == len(list(model.parameters()))
-    assert decay["lr"] == no_decay["lr"] == pytest.approx(5.5e-4 / (10 * 10))  # warmup step 0
+    assert all(p.ndim > 1 for p in decay["params"]) and all(
+        p.ndim <= 1 for p in no_decay["params"]
+    )
+    assert len(decay["params"]) + len(no_decay["params"]) == len(
+        list(model.parameters())
+    )
+    assert (
+        decay["lr"] == no_decay["lr"] == pytest.approx(5.5e-4 / (10 * 10))
+    )  # warmup step 0
     # The 200-epoch reference script decays everything, in one group.
     (group,) = CCT_CIFAR_200.build(model, 10).optimizer.param_groups
-    assert group["weight_decay"] == 3e-2 and len(group["params"]) == len(decay["params"]) + len(
-        no_decay["params"]
-    )
+    assert group["weight_decay"] == 3e-2 and len(group["params"]) == len(
+        decay["params"]
+    ) + len(no_decay["params"])
 
 
 def _lrs(parts: augment.TrainingParts) -> list[float]:
@@ -174,7 +188,10 @@ def test_schedule_warms_up_decays_and_cools_down():
 def test_short_runs_keep_the_recipes_proportions():
     model = nn.Linear(4, 2)
     parts = CCT_CIFAR_200.build(model, steps_per_epoch=10, epochs=20)
-    assert (parts.warmup_steps, parts.total_steps) == (5, 200)  # 5/200 of the run, not 5 epochs
+    assert (parts.warmup_steps, parts.total_steps) == (
+        5,
+        200,
+    )  # 5/200 of the run, not 5 epochs
     assert parts.batch_transform is None and parts.loss_fn.label_smoothing == 0.1
     lrs = _lrs(parts)
     assert lrs[4] == pytest.approx(5e-4) and lrs[-1] < 1e-6
@@ -216,7 +233,14 @@ def test_time_budget_stops_mid_epoch_and_tests_that_epoch():
     assert 2 <= model.calls <= 8
     with pytest.raises(ValueError, match="time_budget must be a positive"):
         engine.train(
-            model, loader, loader, optimizer, nn.CrossEntropyLoss(), 1, "cpu", time_budget=0
+            model,
+            loader,
+            loader,
+            optimizer,
+            nn.CrossEntropyLoss(),
+            1,
+            "cpu",
+            time_budget=0,
         )
 
 
@@ -239,13 +263,24 @@ def test_time_budget_large_enough_changes_nothing():
 
 
 def test_cli_recipe_fills_defaults_and_keeps_explicit_options():
-    args = train.build_parser().parse_args(["--recipe", "cct", "--lr", "1e-3", "--epochs", "3"])
+    args = train.build_parser().parse_args(
+        ["--recipe", "cct", "--lr", "1e-3", "--epochs", "3"]
+    )
     recipe = train._resolve_recipe(args)
-    assert (args.batch_size, args.weight_decay, args.label_smoothing) == (128, 6e-2, 0.1)
+    assert (args.batch_size, args.weight_decay, args.label_smoothing) == (
+        128,
+        6e-2,
+        0.1,
+    )
     assert args.lr == recipe.lr == 1e-3 and args.epochs == 3 and recipe.epochs == 310
     plain = train.build_parser().parse_args([])
     assert train._resolve_recipe(plain) is None
-    assert (plain.epochs, plain.batch_size, plain.lr, plain.weight_decay) == (5, 32, 1e-3, 0.0)
+    assert (plain.epochs, plain.batch_size, plain.lr, plain.weight_decay) == (
+        5,
+        32,
+        1e-3,
+        0.0,
+    )
 
 
 class _SmallPhotoDigits(standins.PhotoDigits):
@@ -255,7 +290,9 @@ class _SmallPhotoDigits(standins.PhotoDigits):
         super().__init__(train=train, transform=transform, copies=1)
 
 
-def test_cli_trains_a_cct_with_the_recipe_and_a_time_budget(tmp_path, monkeypatch, capsys):
+def test_cli_trains_a_cct_with_the_recipe_and_a_time_budget(
+    tmp_path, monkeypatch, capsys
+):
     monkeypatch.setattr(standins, "PhotoDigits", _SmallPhotoDigits)
     out = tmp_path / "run"
     train.main(
@@ -278,7 +315,11 @@ def test_cli_trains_a_cct_with_the_recipe_and_a_time_budget(tmp_path, monkeypatc
             str(out),
         ]
     )
-    assert sorted(p.name for p in out.iterdir()) == ["loss_curves.png", "model.pth", "results.json"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "loss_curves.png",
+        "model.pth",
+        "results.json",
+    ]
     results = json.loads((out / "results.json").read_text())
     assert len(results["train_loss"]) == 1  # the budget stopped it during epoch 1
     assert math.isfinite(results["test_loss"][0])

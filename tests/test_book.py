@@ -38,8 +38,12 @@ def test_launch_buttons_and_setup_cells_use_one_repository_address():
     url = CONFIG["repository"]["url"]
     assert CONFIG["repository"]["branch"] == "main"
     for path in NOTEBOOKS:
-        found = set(re.findall(r"REPO_URL = \"([^\"]+)\"", "".join(map(_source, _cells(path)))))
-        assert found == {url}, f"{path.name}: setup cell installs from {found}, not {url}"
+        found = set(
+            re.findall(r"REPO_URL = \"([^\"]+)\"", "".join(map(_source, _cells(path))))
+        )
+        assert found == {url}, (
+            f"{path.name}: setup cell installs from {found}, not {url}"
+        )
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
@@ -49,10 +53,16 @@ def test_chapter_structure(path):
     assert re.search(r"^# ", text, re.M), "a title"
     assert "$" in text, "at least one equation"
     assert re.search(r"^## .*Exercises", text, re.M), "an Exercises section"
-    outputs = [o for c in cells if c["cell_type"] == "code" for o in c.get("outputs", [])]
-    assert any("image/png" in o.get("data", {}) for o in outputs), "at least one picture"
+    outputs = [
+        o for c in cells if c["cell_type"] == "code" for o in c.get("outputs", [])
+    ]
+    assert any("image/png" in o.get("data", {}) for o in outputs), (
+        "at least one picture"
+    )
     assert all(
-        c.get("execution_count") for c in cells if c["cell_type"] == "code" and _source(c).strip()
+        c.get("execution_count")
+        for c in cells
+        if c["cell_type"] == "code" and _source(c).strip()
     ), "committed with the outputs of a real run"
 
 
@@ -62,12 +72,18 @@ def test_outputs_are_clean(path):
     for cell in _cells(path):
         for out in cell.get("outputs", []):
             assert out["output_type"] != "error", f"stored traceback in {path.name}"
-            text = "".join(out.get("text", "")) + "".join(out.get("data", {}).get("text/plain", ""))
-            assert not machine.search(text), f"{path.name}: {machine.search(text).group(0)}"
+            text = "".join(out.get("text", "")) + "".join(
+                out.get("data", {}).get("text/plain", "")
+            )
+            assert not machine.search(text), (
+                f"{path.name}: {machine.search(text).group(0)}"
+            )
 
 
 def test_requirements_do_not_pin_torch():
     lines = (ROOT / "requirements.txt").read_text().splitlines()
     torch_lines = [line for line in lines if re.match(r"torch(vision)?\b", line)]
-    assert torch_lines and all(">=" in line and "==" not in line for line in torch_lines)
+    assert torch_lines and all(
+        ">=" in line and "==" not in line for line in torch_lines
+    )
     assert any(re.match(r"jupyter-book>=1\.0\.4.*,<2", line) for line in lines)

@@ -93,7 +93,9 @@ def test_registry_builds_all_variants() -> None:
     model = build_model("cct_2_3x2")
     assert isinstance(model, CCT)
     assert model(torch.randn(2, 3, 32, 32)).shape == (2, 10)
-    model = build_model("cct_2_3x2", num_classes=100, in_channels=1, img_size=28, dropout=0.1)
+    model = build_model(
+        "cct_2_3x2", num_classes=100, in_channels=1, img_size=28, dropout=0.1
+    )
     assert model(torch.randn(1, 1, 28, 28)).shape == (1, 100)
 
 
@@ -131,7 +133,9 @@ def test_sine_embedding_is_a_fixed_buffer() -> None:
         for i in range(dim // 2):
             angle = pos / 10000 ** (2 * i / dim)
             assert pe[0, pos, 2 * i].item() == pytest.approx(math.sin(angle), abs=1e-6)
-            assert pe[0, pos, 2 * i + 1].item() == pytest.approx(math.cos(angle), abs=1e-6)
+            assert pe[0, pos, 2 * i + 1].item() == pytest.approx(
+                math.cos(angle), abs=1e-6
+            )
     # Training never changes it.
     optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
     before = pe.clone()
@@ -142,7 +146,11 @@ def test_sine_embedding_is_a_fixed_buffer() -> None:
 
 def test_sine_embedding_with_class_token() -> None:
     model = vit_lite_7_4(positional_embedding="sine")
-    assert model.classifier.positional_emb.shape == (1, 65, 256)  # 64 patches + class token
+    assert model.classifier.positional_emb.shape == (
+        1,
+        65,
+        256,
+    )  # 64 patches + class token
     assert n_params(model) == PARAMS_32["vit_lite_7_4"] - 65 * 256
     assert model(torch.randn(2, 3, 32, 32)).shape == (2, 10)
 
@@ -153,7 +161,10 @@ def test_no_positional_embedding(factory) -> None:
     model = factory(positional_embedding="none")
     assert model.classifier.positional_emb is None
     assert not any("positional_emb" in key for key in model.state_dict())
-    assert n_params(learnable) - n_params(model) == learnable.classifier.positional_emb.numel()
+    assert (
+        n_params(learnable) - n_params(model)
+        == learnable.classifier.positional_emb.numel()
+    )
     out = model(torch.randn(2, 3, 32, 32))
     assert out.shape == (2, 10) and torch.isfinite(out).all()
 
@@ -186,7 +197,9 @@ def test_forward_backward_32(name: str) -> None:
     out = model(torch.randn(2, 3, 32, 32))
     assert out.shape == (2, 10) and torch.isfinite(out).all()
     out.logsumexp(dim=1).sum().backward()
-    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters())
+    assert all(
+        p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters()
+    )
 
 
 @pytest.mark.parametrize("name", ["cct_7_7x2", "cct_14_7x2"])
@@ -257,7 +270,9 @@ def test_attention_weights_path_matches_sdpa() -> None:
     assert len(maps) == 2 and maps[0].shape == (1, 2, 64, 64)
 
 
-def _padded_batch(lengths: list[int], width: int, vocab: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _padded_batch(
+    lengths: list[int], width: int, vocab: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     ids = torch.randint(2, vocab, (len(lengths), width))
     mask = torch.arange(width)[None] < torch.tensor(lengths)[:, None]
     return torch.where(mask, ids, 1), mask  # 1 = the padding index
@@ -273,12 +288,16 @@ def test_text_forward_backward_with_mask() -> None:
     assert model.embedding.weight.grad is not None
     _, weights = model(ids, mask, return_pool_weights=True)
     assert torch.allclose(weights.sum(dim=1), torch.ones(3))
-    assert (weights[2, 4:] == 0).all()  # 5 words -> 4 real tokens after conv and pooling
+    assert (
+        weights[2, 4:] == 0
+    ).all()  # 5 words -> 4 real tokens after conv and pooling
 
 
 @pytest.mark.parametrize("kernel_size", [1, 2, 4])
 @pytest.mark.parametrize("positional_embedding", ["sine", "learnable"])
-def test_text_padding_does_not_change_output(kernel_size: int, positional_embedding: str) -> None:
+def test_text_padding_does_not_change_output(
+    kernel_size: int, positional_embedding: str
+) -> None:
     torch.manual_seed(0)
     model = text_cct_4(
         vocab_size=100,
@@ -305,7 +324,10 @@ def test_text_padding_does_not_change_output(kernel_size: int, positional_embedd
 def test_text_mask_errors_and_embeddings() -> None:
     weights = torch.randn(20, 8)
     model = TextCCT(20, 2, seq_len=16, word_embedding_dim=8, embedding_weights=weights)
-    assert torch.equal(model.embedding.weight, weights) and model.embedding.weight.requires_grad
+    assert (
+        torch.equal(model.embedding.weight, weights)
+        and model.embedding.weight.requires_grad
+    )
     frozen = TextCCT(20, 2, word_embedding_dim=8, freeze_embedding=True)
     assert not frozen.embedding.weight.requires_grad
     ids = torch.randint(0, 20, (2, 16))

@@ -20,7 +20,14 @@ def test_help_lists_the_options():
         text=True,
         check=True,
     ).stdout
-    for option in ("--model", "--dataset", "--epochs", "--batch-size", "--lr", "--output-dir"):
+    for option in (
+        "--model",
+        "--dataset",
+        "--epochs",
+        "--batch-size",
+        "--lr",
+        "--output-dir",
+    ):
         assert option in out
 
 
@@ -44,7 +51,11 @@ def test_run_writes_checkpoint_results_and_curves(tmp_path, capsys):
             str(out),
         ]
     )
-    assert sorted(p.name for p in out.iterdir()) == ["loss_curves.png", "model.pth", "results.json"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "loss_curves.png",
+        "model.pth",
+        "results.json",
+    ]
     results = json.loads((out / "results.json").read_text())
     assert len(results["train_loss"]) == 2
     assert (out / "loss_curves.png").read_bytes()[:4] == b"\x89PNG"

@@ -24,14 +24,21 @@ def test_texture_photos_layout(texture_photos):
 
 def test_texture_train_and_test_are_different_images(texture_photos):
     def pixels(split):
-        return {Image.open(p).tobytes() for p in sorted((texture_photos / split).rglob("*.jpg"))}
+        return {
+            Image.open(p).tobytes()
+            for p in sorted((texture_photos / split).rglob("*.jpg"))
+        }
 
     assert not pixels("train") & pixels("test")
 
 
 def test_create_dataloaders(texture_photos):
     train_dl, test_dl, class_names = data_setup.create_dataloaders(
-        texture_photos / "train", texture_photos / "test", TO_TENSOR, batch_size=32, num_workers=0
+        texture_photos / "train",
+        texture_photos / "test",
+        TO_TENSOR,
+        batch_size=32,
+        num_workers=0,
     )
     assert class_names == ["brick", "grass", "gravel"]
     X, y = next(iter(train_dl))
@@ -41,14 +48,18 @@ def test_create_dataloaders(texture_photos):
 
 def test_missing_folder_says_what_to_do(tmp_path):
     with pytest.raises(FileNotFoundError, match="does not exist.*get_food_data"):
-        data_setup.create_dataloaders(tmp_path / "nope", tmp_path / "nope", TO_TENSOR, 8)
+        data_setup.create_dataloaders(
+            tmp_path / "nope", tmp_path / "nope", TO_TENSOR, 8
+        )
 
 
 def test_folder_without_classes(tmp_path):
     (tmp_path / "train").mkdir()
     (tmp_path / "train" / "loose.jpg").write_bytes(b"")
     with pytest.raises(ValueError, match="no class subfolders"):
-        data_setup.create_dataloaders(tmp_path / "train", tmp_path / "train", TO_TENSOR, 8)
+        data_setup.create_dataloaders(
+            tmp_path / "train", tmp_path / "train", TO_TENSOR, 8
+        )
 
 
 def test_mismatched_classes(tmp_path):
@@ -56,7 +67,9 @@ def test_mismatched_classes(tmp_path):
         (tmp_path / split / name).mkdir(parents=True)
         Image.new("RGB", (8, 8)).save(tmp_path / split / name / "x.png")
     with pytest.raises(ValueError, match="differ"):
-        data_setup.create_dataloaders(tmp_path / "train", tmp_path / "test", TO_TENSOR, 8)
+        data_setup.create_dataloaders(
+            tmp_path / "train", tmp_path / "test", TO_TENSOR, 8
+        )
 
 
 def test_non_positive_batch_size(texture_photos):
@@ -73,7 +86,9 @@ def test_corrupt_image_names_the_file(tmp_path):
     train_dl, _, _ = data_setup.create_dataloaders(
         tmp_path / "train", tmp_path / "train", TO_TENSOR, 1, num_workers=0
     )
-    with pytest.raises(ValueError, match="Cannot decode image .*broken.jpg.*Delete or replace"):
+    with pytest.raises(
+        ValueError, match="Cannot decode image .*broken.jpg.*Delete or replace"
+    ):
         next(iter(train_dl))
 
 
@@ -140,4 +155,6 @@ def test_digit_splits_are_disjoint():
     train_set = {im.tobytes() for im in train_images}
     overlap = sum(im.tobytes() in train_set for im in test_images)
     assert overlap <= 2  # sklearn's digits hold a couple of exact duplicates
-    assert np.unique(np.concatenate([train_images, test_images]), axis=0).shape[0] > 1780
+    assert (
+        np.unique(np.concatenate([train_images, test_images]), axis=0).shape[0] > 1780
+    )

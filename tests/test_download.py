@@ -73,7 +73,10 @@ def _leftovers(root):
 
 def test_good_zip_with_checksum(server, online, tmp_path):
     folder = download_data(
-        f"{server}/good.zip", "food", sha256=hashlib.sha256(GOOD).hexdigest(), data_dir=tmp_path
+        f"{server}/good.zip",
+        "food",
+        sha256=hashlib.sha256(GOOD).hexdigest(),
+        data_dir=tmp_path,
     )
     assert folder == tmp_path / "food"
     assert (folder / "train" / "pizza" / "a.txt").read_bytes() == b"pizza"
@@ -83,7 +86,9 @@ def test_good_zip_with_checksum(server, online, tmp_path):
 
 def test_existing_folder_is_not_downloaded_again(server, online, tmp_path, capsys):
     download_data(f"{server}/good.zip", "food", data_dir=tmp_path)
-    download_data(f"{server}/missing.zip", "food", data_dir=tmp_path)  # would 404 if fetched
+    download_data(
+        f"{server}/missing.zip", "food", data_dir=tmp_path
+    )  # would 404 if fetched
     assert "skipping download" in capsys.readouterr().out
 
 

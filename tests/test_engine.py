@@ -18,14 +18,29 @@ def test_engine_reaches_90_percent_on_digits():
     """The quick budget: TinyVGG, 4 epochs of the 1,437 training digits, on a CPU."""
     utils.set_seeds(0)
     to_tensor = transforms.ToTensor()
-    train_dl = DataLoader(datasets.get_mnist(True, to_tensor), batch_size=32, shuffle=True)
+    train_dl = DataLoader(
+        datasets.get_mnist(True, to_tensor), batch_size=32, shuffle=True
+    )
     test_dl = DataLoader(datasets.get_mnist(False, to_tensor), batch_size=128)
     model = build_model("tinyvgg", num_classes=10, img_size=28, in_channels=1)
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
     results = engine.train(
-        model, train_dl, test_dl, optimizer, nn.CrossEntropyLoss(), 4, "cpu", progress=False
+        model,
+        train_dl,
+        test_dl,
+        optimizer,
+        nn.CrossEntropyLoss(),
+        4,
+        "cpu",
+        progress=False,
     )
-    assert set(results) == {"train_loss", "train_acc", "test_loss", "test_acc", "epoch_seconds"}
+    assert set(results) == {
+        "train_loss",
+        "train_acc",
+        "test_loss",
+        "test_acc",
+        "epoch_seconds",
+    }
     assert all(len(v) == 4 for v in results.values())
     assert results["test_acc"][-1] >= 0.90
     assert results["train_loss"][-1] < results["train_loss"][0]
@@ -74,7 +89,9 @@ def test_soft_targets_from_mixup_and_a_per_step_scheduler():
         progress=False,
     )
     assert 0.0 <= acc <= 1.0 and loss > 0
-    assert scheduler.last_epoch == 4  # one scheduler step per optimizer step (4 batches)
+    assert (
+        scheduler.last_epoch == 4
+    )  # one scheduler step per optimizer step (4 batches)
 
 
 def test_max_steps_caps_an_epoch():
@@ -84,22 +101,37 @@ def test_max_steps_caps_an_epoch():
     model.register_forward_hook(lambda *args: calls.append(1))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     engine.train_step(
-        model, loader, nn.CrossEntropyLoss(), optimizer, "cpu", max_steps=2, progress=False
+        model,
+        loader,
+        nn.CrossEntropyLoss(),
+        optimizer,
+        "cpu",
+        max_steps=2,
+        progress=False,
     )
     assert len(calls) == 2
 
 
 def test_gradient_clipping_bounds_the_update():
     loader = DataLoader(
-        TensorDataset(torch.full((4, 1), 100.0), torch.tensor([0, 0, 0, 0])), batch_size=4
+        TensorDataset(torch.full((4, 1), 100.0), torch.tensor([0, 0, 0, 0])),
+        batch_size=4,
     )
     model = nn.Linear(1, 2)
     before = [p.detach().clone() for p in model.parameters()]
     optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
     engine.train_step(
-        model, loader, nn.CrossEntropyLoss(), optimizer, "cpu", max_grad_norm=0.5, progress=False
+        model,
+        loader,
+        nn.CrossEntropyLoss(),
+        optimizer,
+        "cpu",
+        max_grad_norm=0.5,
+        progress=False,
     )
-    step = torch.cat([(p.detach() - b).flatten() for p, b in zip(model.parameters(), before)])
+    step = torch.cat(
+        [(p.detach() - b).flatten() for p, b in zip(model.parameters(), before)]
+    )
     assert step.norm().item() == pytest.approx(0.5, rel=1e-4)
 
 
@@ -108,7 +140,15 @@ def test_bf16_autocast_on_cpu_trains():
     model = nn.Sequential(nn.Flatten(), nn.Linear(192, 2))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     results = engine.train(
-        model, loader, loader, optimizer, nn.CrossEntropyLoss(), 2, "cpu", amp=True, progress=False
+        model,
+        loader,
+        loader,
+        optimizer,
+        nn.CrossEntropyLoss(),
+        2,
+        "cpu",
+        amp=True,
+        progress=False,
     )
     assert all(torch.isfinite(torch.tensor(results["train_loss"])))
 
@@ -120,4 +160,6 @@ def test_non_positive_epochs():
 
 def test_empty_dataloader_is_explained():
     with pytest.raises(ValueError, match="no batches"):
-        engine.test_step(nn.Linear(1, 2), [], nn.CrossEntropyLoss(), "cpu", progress=False)
+        engine.test_step(
+            nn.Linear(1, 2), [], nn.CrossEntropyLoss(), "cpu", progress=False
+        )

@@ -27,7 +27,9 @@ def test_pred_and_plot_image(texture_photos):
         _AlwaysSecond(), image, ["brick", "grass", "gravel"], image_size=(64, 64)
     )
     assert label == "grass"
-    assert prob == pytest.approx(torch.softmax(torch.tensor([0.0, 5.0, 0.0]), 0)[1].item())
+    assert prob == pytest.approx(
+        torch.softmax(torch.tensor([0.0, 5.0, 0.0]), 0)[1].item()
+    )
     assert "Pred: grass" in matplotlib.pyplot.gca().get_title()
 
 
@@ -43,15 +45,21 @@ def test_prediction_grid_colours_right_and_wrong(texture_photos):
 
     dataset = ImageFolder(
         texture_photos / "test",
-        transform=transforms.Compose([transforms.Resize((32, 32)), transforms.ToTensor()]),
+        transform=transforms.Compose(
+            [transforms.Resize((32, 32)), transforms.ToTensor()]
+        ),
     )
-    fig = predictions.plot_prediction_grid(_AlwaysSecond(), dataset, dataset.classes, n=9)
+    fig = predictions.plot_prediction_grid(
+        _AlwaysSecond(), dataset, dataset.classes, n=9
+    )
     titles = [ax.get_title() for ax in fig.axes if ax.get_title()]
     assert len(titles) == 9
     for ax in fig.axes:
         if ax.get_title():
             right = "true: grass" in ax.get_title()
-            assert matplotlib.colors.same_color(ax.title.get_color(), "green" if right else "red")
+            assert matplotlib.colors.same_color(
+                ax.title.get_color(), "green" if right else "red"
+            )
 
 
 def test_plot_loss_curves_and_compare_runs():
@@ -63,7 +71,10 @@ def test_plot_loss_curves_and_compare_runs():
     }
     fig = plots.plot_loss_curves(results)
     loss_ax = fig.axes[0]
-    assert [line.get_label() for line in loss_ax.get_lines()] == ["train loss", "test loss"]
+    assert [line.get_label() for line in loss_ax.get_lines()] == [
+        "train loss",
+        "test loss",
+    ]
     assert list(loss_ax.get_lines()[1].get_ydata()) == [1.1, 0.7]
     fig = plots.compare_runs({"a": results, "b": results})
     assert [line.get_label() for line in fig.axes[1].get_lines()] == ["a", "b"]

@@ -13,10 +13,15 @@ from torchvision.models import VisionTransformer
 
 from going_modular.download import DownloadError
 from going_modular.models import build_model, pretrained
-from going_modular.models.pretrained import create_vit_feature_extractor, weights_transforms
+from going_modular.models.pretrained import (
+    create_vit_feature_extractor,
+    weights_transforms,
+)
 
 HEAD_PARAMS = 768 * 3 + 3
-TOTAL_PARAMS = 85_800_963  # torchvision's 86,567,656 with a 3-class head instead of 1000
+TOTAL_PARAMS = (
+    85_800_963  # torchvision's 86,567,656 with a 3-class head instead of 1000
+)
 
 
 def _stand_in_lines(text: str) -> list[str]:
@@ -42,7 +47,11 @@ def test_offline_fallback_is_untrained_and_says_so_in_one_line(offline_extractor
     lines = _stand_in_lines(printed)
     assert len(lines) == 1 and "UNTRAINED" in lines[0] and "IMAGENET1K_V1" in lines[0]
     # a checkpoint of it rebuilds without any download: the state dict holds every weight
-    assert model.build_config["kwargs"] == {"num_classes": 3, "img_size": 224, "weights": None}
+    assert model.build_config["kwargs"] == {
+        "num_classes": 3,
+        "img_size": 224,
+        "weights": None,
+    }
 
 
 def test_only_the_new_head_is_trainable(offline_extractor):
@@ -59,18 +68,24 @@ def test_head_output_shape_and_gradients_reach_only_the_head(offline_extractor):
     assert logits.shape == (2, 3)
     logits.sum().backward()
     assert model.heads.weight.grad is not None
-    assert all(p.grad is None for n, p in model.named_parameters() if not n.startswith("heads"))
+    assert all(
+        p.grad is None for n, p in model.named_parameters() if not n.startswith("heads")
+    )
     model.zero_grad(set_to_none=True)
 
 
-@pytest.mark.parametrize(("weights", "size"), [("DEFAULT", 224), ("IMAGENET1K_SWAG_E2E_V1", 384)])
+@pytest.mark.parametrize(
+    ("weights", "size"), [("DEFAULT", 224), ("IMAGENET1K_SWAG_E2E_V1", 384)]
+)
 def test_transforms_give_the_weights_image_size_offline(weights, size):
     image = Image.new("RGB", (500, 375), color=(200, 120, 40))
     assert weights_transforms(weights)(image).shape == (3, size, size)
 
 
 def test_fallback_false_offline_raises_download_error_with_url_and_advice():
-    with pytest.raises(DownloadError, match=r"https://download\.pytorch\.org/.*BOOK_OFFLINE"):
+    with pytest.raises(
+        DownloadError, match=r"https://download\.pytorch\.org/.*BOOK_OFFLINE"
+    ):
         create_vit_feature_extractor(3, fallback=False)
 
 
@@ -101,7 +116,10 @@ def test_unknown_weights_name_lists_the_choices():
 def test_registry_builds_it_and_checks_the_image_size(capsys):
     model = build_model("vit_b_16_pretrained", num_classes=5)
     assert model.heads.out_features == 5
-    assert model.build_config == {"name": "vit_b_16_pretrained", "kwargs": {"num_classes": 5}}
+    assert model.build_config == {
+        "name": "vit_b_16_pretrained",
+        "kwargs": {"num_classes": 5},
+    }
     assert len(_stand_in_lines(capsys.readouterr().out)) == 1
     with pytest.raises(ValueError, match="trained at 224x224.*img_size=384"):
         build_model("vit_b_16_pretrained", img_size=384)

@@ -18,7 +18,13 @@ def corpus() -> td.TextClassificationData:
 
 
 def test_tokenize() -> None:
-    assert td.tokenize("Don't PANIC: 42 towels!") == ["don", "t", "panic", "42", "towels"]
+    assert td.tokenize("Don't PANIC: 42 towels!") == [
+        "don",
+        "t",
+        "panic",
+        "42",
+        "towels",
+    ]
     assert td.tokenize("  ...  ") == []
 
 
@@ -37,18 +43,37 @@ def test_vocabulary_order_min_freq_and_unknown_words() -> None:
 
 def test_encode_padding_truncation_and_mask() -> None:
     vocab = td.Vocabulary.build(["the cat sat on the mat"])
-    ids, mask = td.encode(["the cat", "the dog sat on the mat again", ""], vocab, max_len=5)
+    ids, mask = td.encode(
+        ["the cat", "the dog sat on the mat again", ""], vocab, max_len=5
+    )
     assert (
-        ids.shape == mask.shape == (3, 5) and ids.dtype == torch.long and mask.dtype == torch.bool
+        ids.shape == mask.shape == (3, 5)
+        and ids.dtype == torch.long
+        and mask.dtype == torch.bool
     )
     the, cat, sat, on = vocab["the"], vocab["cat"], vocab["sat"], vocab["on"]
     assert ids[0].tolist() == [the, cat, 0, 0, 0]
-    assert ids[1].tolist() == [the, td.UNK_ID, sat, on, the]  # "dog" unknown; truncated to 5
+    assert ids[1].tolist() == [
+        the,
+        td.UNK_ID,
+        sat,
+        on,
+        the,
+    ]  # "dog" unknown; truncated to 5
     assert ids[2].tolist() == [td.UNK_ID, 0, 0, 0, 0]  # an empty text keeps one token
-    assert mask.tolist() == [[True, True, False, False, False], [True] * 5, [True] + [False] * 4]
+    assert mask.tolist() == [
+        [True, True, False, False, False],
+        [True] * 5,
+        [True] + [False] * 4,
+    ]
     assert torch.equal(mask, ids != td.PAD_ID)
-    short, short_mask = td.encode(["the cat", "mat"], vocab, max_len=5, pad_to_longest=True)
-    assert short.shape == (2, 2) and short_mask.tolist() == [[True, True], [True, False]]
+    short, short_mask = td.encode(
+        ["the cat", "mat"], vocab, max_len=5, pad_to_longest=True
+    )
+    assert short.shape == (2, 2) and short_mask.tolist() == [
+        [True, True],
+        [True, False],
+    ]
     single, _ = td.encode("the mat", vocab, max_len=3)
     assert single.shape == (1, 3)
 
@@ -62,7 +87,10 @@ def test_dataset_collate_and_loaders(corpus) -> None:
     X, y = next(iter(train_dl))
     assert X.ndim == 2 and X.shape[0] == 32 and X.shape[1] <= 16 and y.shape == (32,)
     assert (X != 0).sum(1).min() >= 1 and len(test_dl.dataset) == len(corpus.test_texts)
-    first = [next(iter(td.text_dataloaders(corpus, vocab, 16, 8, seed=3)[0]))[1] for _ in "ab"]
+    first = [
+        next(iter(td.text_dataloaders(corpus, vocab, 16, 8, seed=3)[0]))[1]
+        for _ in "ab"
+    ]
     assert torch.equal(*first)  # seeded shuffling
 
 
@@ -83,7 +111,9 @@ def test_text_cct_through_the_wrapper_ignores_padding() -> None:
     from going_modular.models.cct import text_cct_2
 
     torch.manual_seed(0)
-    cct = text_cct_2(vocab_size=30, num_classes=3, kernel_size=2, seq_len=16, padding_idx=0)
+    cct = text_cct_2(
+        vocab_size=30, num_classes=3, kernel_size=2, seq_len=16, padding_idx=0
+    )
     model = td.WithPaddingMask(cct).eval()
     ids = torch.tensor([[4, 5, 6, 7, 0, 0], [8, 9, 0, 0, 0, 0]])
     longer = torch.cat([ids, torch.zeros(2, 5, dtype=torch.long)], dim=1)
@@ -103,15 +133,22 @@ def test_stand_in_is_real_deterministic_and_disjoint(corpus) -> None:
     assert not set(corpus.train_texts) & set(corpus.test_texts)
     assert all(len(t.split()) >= 3 for t in corpus.train_texts)  # prose, not fragments
     joined = " ".join(corpus.train_texts).lower()
-    assert not any(f" {name} " in f" {joined} " for name in ("numpy", "torch", "sklearn"))
+    assert not any(
+        f" {name} " in f" {joined} " for name in ("numpy", "torch", "sklearn")
+    )
     td.library_docstrings.cache_clear()
     again = td.make_docstring_corpus()
-    assert again.train_texts == corpus.train_texts and again.test_labels == corpus.test_labels
+    assert (
+        again.train_texts == corpus.train_texts
+        and again.test_labels == corpus.test_labels
+    )
 
 
 def test_subset_is_stratified_and_seeded(corpus) -> None:
     small = corpus.subset(n_train=400, n_test=100, seed=1)
-    assert abs(len(small.train_texts) - 400) <= 4 and abs(len(small.test_texts) - 100) <= 4
+    assert (
+        abs(len(small.train_texts) - 400) <= 4 and abs(len(small.test_texts) - 100) <= 4
+    )
     assert set(small.train_labels) == {0, 1, 2, 3}
     assert small.train_texts == corpus.subset(400, 100, seed=1).train_texts
     assert set(small.train_texts) <= set(corpus.train_texts)
@@ -142,14 +179,20 @@ def test_failed_download_falls_back_or_raises(monkeypatch, capsys) -> None:
     monkeypatch.setattr(td, "download_data", refuse)
     data = td.get_trec()
     out = capsys.readouterr().out
-    assert data.stand_in and "[INFO] Could not get TREC" in out and out.count("[STAND-IN]") == 1
+    assert (
+        data.stand_in
+        and "[INFO] Could not get TREC" in out
+        and out.count("[STAND-IN]") == 1
+    )
     with pytest.raises(DownloadError, match="network error"):
         td.get_ag_news(fallback=False)
 
 
 def test_readers_parse_the_real_formats(tmp_path, monkeypatch) -> None:
     trec = tmp_path / "TREC_10.label"
-    trec.write_bytes(b"LOC:city Where is the sister\xf0city ?\nNUM:date When was it built ?\n")
+    trec.write_bytes(
+        b"LOC:city Where is the sister\xf0city ?\nNUM:date When was it built ?\n"
+    )
     texts, labels = td.read_trec_labels(trec)
     assert labels == [td.TREC_CLASSES.index("LOC"), td.TREC_CLASSES.index("NUM")]
     assert texts[1] == "When was it built ?"
@@ -184,7 +227,9 @@ def test_word_vectors(tmp_path) -> None:
     path.write_text("cat 1.0 2.0\nzebra 9 9\ndog -1 0.5\n")
     weights, found = td.read_word_vectors(path, vocab, dim=2)
     assert weights.shape == (len(vocab), 2) and found == 2
-    assert weights[vocab["cat"]].tolist() == [1.0, 2.0] and weights[td.PAD_ID].eq(0).all()
+    assert (
+        weights[vocab["cat"]].tolist() == [1.0, 2.0] and weights[td.PAD_ID].eq(0).all()
+    )
     assert weights[vocab["emu"]].abs().sum() > 0  # missing word: random, not zero
     with pytest.raises(DownloadError, match="BOOK_OFFLINE"):
         td.get_glove(vocab, dim=50)

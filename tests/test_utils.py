@@ -26,7 +26,9 @@ def test_checkpoint_round_trip_gives_identical_predictions(tmp_path):
     model = build_model("tinyvgg", num_classes=3, img_size=32).eval()
     x = torch.randn(4, 3, 32, 32)
     path = utils.save_model(model, tmp_path, "tiny.pth", class_names=["a", "b", "c"])
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny.pth"]  # no temporary file left
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "tiny.pth"
+    ]  # no temporary file left
     rebuilt = utils.load_model(path).eval()
     assert torch.equal(model(x), rebuilt(x))
     into = build_model("tinyvgg", num_classes=3, img_size=32)
@@ -36,7 +38,9 @@ def test_checkpoint_round_trip_gives_identical_predictions(tmp_path):
 
 def test_checkpoint_that_does_not_fit_the_model(tmp_path):
     path = utils.save_model(build_model("tinyvgg", num_classes=3), tmp_path, "m.pt")
-    with pytest.raises(ValueError, match="(?s)does not match this model.*same architecture"):
+    with pytest.raises(
+        ValueError, match="(?s)does not match this model.*same architecture"
+    ):
         utils.load_model(path, build_model("tinyvgg", num_classes=5))
 
 
@@ -54,7 +58,9 @@ def test_bad_names_and_files(tmp_path):
 
 
 def test_unknown_model_name():
-    with pytest.raises(ValueError, match="Unknown model 'resnet9000'. Choose one of: .*tinyvgg"):
+    with pytest.raises(
+        ValueError, match="Unknown model 'resnet9000'. Choose one of: .*tinyvgg"
+    ):
         build_model("resnet9000")
 
 

@@ -109,14 +109,18 @@ PAPER_COUNTS = [  # torchvision's documented counts for Table 1's models
 def test_parameter_counts(factory, num_classes: int, expected: int) -> None:
     with torch.device("meta"):  # no memory, no init cost
         ours = factory(num_classes=num_classes)
-        tv = getattr(torchvision.models, factory.__name__)(weights=None, num_classes=num_classes)
+        tv = getattr(torchvision.models, factory.__name__)(
+            weights=None, num_classes=num_classes
+        )
     assert n_params(ours) == n_params(tv) == expected
 
 
 def test_tensor_shapes_match_torchvision() -> None:
     with torch.device("meta"):
         ours, tv = vit_h_14(), torchvision.models.vit_h_14(weights=None)
-    assert sorted(p.shape for p in ours.parameters()) == sorted(p.shape for p in tv.parameters())
+    assert sorted(p.shape for p in ours.parameters()) == sorted(
+        p.shape for p in tv.parameters()
+    )
 
 
 # Agreement with torch.nn -------------------------------------------------------------------
@@ -134,7 +138,9 @@ def test_msa_block_matches_nn_multihead_attention() -> None:
     x = torch.randn(3, 10, dim)
     with torch.no_grad():
         y = norm(x)
-        expected, expected_w = mha(y, y, y, need_weights=True, average_attn_weights=False)
+        expected, expected_w = mha(
+            y, y, y, need_weights=True, average_attn_weights=False
+        )
         _, expected_mean_w = mha(y, y, y, need_weights=True, average_attn_weights=True)
         expected_fast, _ = mha(y, y, y, need_weights=False)
         out = block(x)
@@ -144,7 +150,9 @@ def test_msa_block_matches_nn_multihead_attention() -> None:
     torch.testing.assert_close(out, expected_fast, atol=1e-5, rtol=1e-4)
     torch.testing.assert_close(out_w, expected, atol=1e-5, rtol=1e-4)
     torch.testing.assert_close(weights, expected_w, atol=1e-6, rtol=1e-4)
-    torch.testing.assert_close(weights.mean(dim=1), expected_mean_w, atol=1e-6, rtol=1e-4)
+    torch.testing.assert_close(
+        weights.mean(dim=1), expected_mean_w, atol=1e-6, rtol=1e-4
+    )
 
 
 def test_msa_block_matches_explicit_sdpa() -> None:
@@ -199,25 +207,40 @@ def test_mlp_block_layout() -> None:
 # Agreement with torchvision ----------------------------------------------------------------
 
 
-def test_vit_b16_matches_torchvision_logits(vit_b16_pair: tuple[ViT, nn.Module]) -> None:
+def test_vit_b16_matches_torchvision_logits(
+    vit_b16_pair: tuple[ViT, nn.Module],
+) -> None:
     model, tv = vit_b16_pair
     torch.manual_seed(1)
     x = torch.randn(2, 3, 224, 224)
     with torch.no_grad():
         expected, logits = tv(x), model(x)
-    assert expected.std() > 0.1  # the comparison is not between two near-constant outputs
+    assert (
+        expected.std() > 0.1
+    )  # the comparison is not between two near-constant outputs
     torch.testing.assert_close(logits, expected, atol=1e-4, rtol=1e-4)
 
 
 def test_load_torchvision_weights_rejects_other_configs() -> None:
     tv = torchvision.models.VisionTransformer(
-        image_size=64, patch_size=8, num_layers=2, num_heads=3, hidden_dim=192, mlp_dim=384
+        image_size=64,
+        patch_size=8,
+        num_layers=2,
+        num_heads=3,
+        hidden_dim=192,
+        mlp_dim=384,
     )
-    with pytest.raises(ValueError, match="Layer count mismatch.*num_transformer_layers=2"):
+    with pytest.raises(
+        ValueError, match="Layer count mismatch.*num_transformer_layers=2"
+    ):
         load_torchvision_weights(vit_tiny(img_size=64, patch_size=8), tv)
     with pytest.raises(ValueError, match="position_embedding.*img_size"):
-        load_torchvision_weights(vit_tiny(img_size=32, patch_size=8, num_transformer_layers=2), tv)
-    model = vit_tiny(num_classes=1000, img_size=64, patch_size=8, num_transformer_layers=2)
+        load_torchvision_weights(
+            vit_tiny(img_size=32, patch_size=8, num_transformer_layers=2), tv
+        )
+    model = vit_tiny(
+        num_classes=1000, img_size=64, patch_size=8, num_transformer_layers=2
+    )
     torch.testing.assert_close(  # and the matching config loads and agrees
         load_torchvision_weights(model, tv).eval()(torch.ones(1, 3, 64, 64)),
         tv.eval()(torch.ones(1, 3, 64, 64)),
@@ -249,7 +272,9 @@ def test_attention_maps() -> None:
 
 
 def test_img_size_not_divisible_in_init() -> None:
-    with pytest.raises(ValueError, match=r"Image size 225 is not divisible by patch size 16.*224"):
+    with pytest.raises(
+        ValueError, match=r"Image size 225 is not divisible by patch size 16.*224"
+    ):
         ViT(img_size=225, patch_size=16)
 
 
@@ -271,16 +296,22 @@ def test_wrong_image_size_in_forward() -> None:
 
 
 def test_channel_mismatch() -> None:
-    with pytest.raises(ValueError, match="Expected 3 input channels, got 1.*in_channels=1"):
+    with pytest.raises(
+        ValueError, match="Expected 3 input channels, got 1.*in_channels=1"
+    ):
         vit_tiny(img_size=32)(torch.randn(1, 1, 32, 32))
     with pytest.raises(ValueError, match="add a batch dimension"):
         PatchEmbedding()(torch.randn(3, 224, 224))
 
 
 def test_heads_must_divide_embedding_dim() -> None:
-    with pytest.raises(ValueError, match="embedding_dim=100 is not divisible by num_heads=12"):
+    with pytest.raises(
+        ValueError, match="embedding_dim=100 is not divisible by num_heads=12"
+    ):
         MultiheadSelfAttentionBlock(embedding_dim=100, num_heads=12)
-    with pytest.raises(ValueError, match="embedding_dim=192 is not divisible by num_heads=5"):
+    with pytest.raises(
+        ValueError, match="embedding_dim=192 is not divisible by num_heads=5"
+    ):
         vit_tiny(num_heads=5)
 
 

@@ -68,7 +68,9 @@ class Tokenizer(nn.Module):
         self.conv_layers = nn.Sequential(
             *(
                 nn.Sequential(
-                    nn.Conv2d(c_in, c_out, kernel_size, stride, padding, bias=conv_bias),
+                    nn.Conv2d(
+                        c_in, c_out, kernel_size, stride, padding, bias=conv_bias
+                    ),
                     nn.ReLU() if relu else nn.Identity(),
                     nn.MaxPool2d(pooling_kernel_size, pooling_stride, pooling_padding)
                     if max_pool
@@ -82,7 +84,9 @@ class Tokenizer(nn.Module):
                 nn.init.kaiming_normal_(module.weight)
 
     @classmethod
-    def patchify(cls, in_channels: int, embedding_dim: int, patch_size: int) -> Tokenizer:
+    def patchify(
+        cls, in_channels: int, embedding_dim: int, patch_size: int
+    ) -> Tokenizer:
         """ViT-Lite's and CVT's tokenizer: non-overlapping ``patch_size`` patches, linearly mapped."""
         return cls(
             in_channels,
@@ -113,10 +117,14 @@ class Tokenizer(nn.Module):
                 )
         return size[0], size[1]
 
-    def sequence_length(self, channels: int = 3, height: int = 224, width: int = 224) -> int:
+    def sequence_length(
+        self, channels: int = 3, height: int = 224, width: int = 224
+    ) -> int:
         """Number of tokens N for (channels, height, width) images."""
         if channels != self.in_channels:
-            raise ValueError(f"This tokenizer takes {self.in_channels} channels, not {channels}.")
+            raise ValueError(
+                f"This tokenizer takes {self.in_channels} channels, not {channels}."
+            )
         h, w = self.grid_size(height, width)
         return h * w
 
@@ -147,7 +155,14 @@ class TextTokenizer(nn.Module):
     ):
         super().__init__()
         self.conv_layers = nn.Sequential(
-            nn.Conv1d(word_embedding_dim, embedding_dim, kernel_size, stride, padding, bias=False),
+            nn.Conv1d(
+                word_embedding_dim,
+                embedding_dim,
+                kernel_size,
+                stride,
+                padding,
+                bias=False,
+            ),
             nn.ReLU(),
             nn.MaxPool1d(pooling_kernel_size, pooling_stride, pooling_padding),
         )
@@ -155,7 +170,9 @@ class TextTokenizer(nn.Module):
 
     def _conv_length(self, length: torch.Tensor | int) -> torch.Tensor | int:
         conv = self.conv_layers[0]
-        return (length + 2 * conv.padding[0] - conv.kernel_size[0]) // conv.stride[0] + 1
+        return (length + 2 * conv.padding[0] - conv.kernel_size[0]) // conv.stride[
+            0
+        ] + 1
 
     def _pool_length(self, length: torch.Tensor | int) -> torch.Tensor | int:
         pool = self.conv_layers[2]
@@ -174,7 +191,12 @@ class TextTokenizer(nn.Module):
             return pool(relu(conv(x.transpose(1, 2)))).transpose(1, 2), None
         lengths = mask.sum(dim=1, keepdim=True)  # (B, 1) real words per sequence
         x = relu(conv((x * mask.unsqueeze(-1)).transpose(1, 2)))  # (B, D, L1)
-        x = x * (torch.arange(x.shape[-1], device=x.device) < self._conv_length(lengths))[:, None]
+        x = (
+            x
+            * (torch.arange(x.shape[-1], device=x.device) < self._conv_length(lengths))[
+                :, None
+            ]
+        )
         x = pool(x)
         token_lengths = self._pool_length(self._conv_length(lengths))
         token_mask = torch.arange(x.shape[-1], device=x.device) < token_lengths
@@ -217,7 +239,9 @@ class Attention(nn.Module):
     ):
         super().__init__()
         if dim % num_heads:
-            raise ValueError(f"embedding_dim={dim} is not divisible by num_heads={num_heads}.")
+            raise ValueError(
+                f"embedding_dim={dim} is not divisible by num_heads={num_heads}."
+            )
         self.num_heads = num_heads
         self.attention_dropout = attention_dropout
         self.qkv = nn.Linear(dim, 3 * dim, bias=False)
@@ -225,12 +249,17 @@ class Attention(nn.Module):
         self.proj_drop = nn.Dropout(projection_dropout)
 
     def forward(
-        self, x: torch.Tensor, attn_mask: torch.Tensor | None = None, need_weights: bool = False
+        self,
+        x: torch.Tensor,
+        attn_mask: torch.Tensor | None = None,
+        need_weights: bool = False,
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """(B, N, D) -> (B, N, D); with ``need_weights`` also the (B, heads, N, N) softmax."""
         batch, tokens, dim = x.shape
         # (B, N, 3D) -> (3, B, heads, N, head_dim)
-        qkv = self.qkv(x).reshape(batch, tokens, 3, self.num_heads, dim // self.num_heads)
+        qkv = self.qkv(x).reshape(
+            batch, tokens, 3, self.num_heads, dim // self.num_heads
+        )
         q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)
         dropout_p = self.attention_dropout if self.training else 0.0
         if need_weights:
@@ -240,7 +269,9 @@ class Attention(nn.Module):
             weights = scores.softmax(dim=-1)
             out = F.dropout(weights, dropout_p, training=self.training) @ v
         else:
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p)
+            out = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=attn_mask, dropout_p=dropout_p
+            )
         out = self.proj_drop(self.proj(out.transpose(1, 2).reshape(batch, tokens, dim)))
         return (out, weights) if need_weights else out
 
@@ -268,7 +299,9 @@ class TransformerEncoderLayer(nn.Module):
     ):
         super().__init__()
         self.pre_norm = nn.LayerNorm(d_model)
-        self.self_attn = Attention(d_model, nhead, attention_dropout, projection_dropout=dropout)
+        self.self_attn = Attention(
+            d_model, nhead, attention_dropout, projection_dropout=dropout
+        )
         self.linear1 = nn.Linear(d_model, dim_feedforward)
         self.dropout1 = nn.Dropout(dropout)
         self.norm1 = nn.LayerNorm(d_model)
@@ -277,14 +310,19 @@ class TransformerEncoderLayer(nn.Module):
         self.drop_path = DropPath(drop_path_rate)
 
     def forward(
-        self, x: torch.Tensor, attn_mask: torch.Tensor | None = None, need_weights: bool = False
+        self,
+        x: torch.Tensor,
+        attn_mask: torch.Tensor | None = None,
+        need_weights: bool = False,
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """(B, N, D) -> (B, N, D); with ``need_weights`` also the layer's attention weights."""
         attended = self.self_attn(self.pre_norm(x), attn_mask, need_weights)
         if need_weights:
             attended, weights = attended
         x = self.norm1(x + self.drop_path(attended))
-        x = x + self.drop_path(self.dropout2(self.linear2(self.dropout1(F.gelu(self.linear1(x))))))
+        x = x + self.drop_path(
+            self.dropout2(self.linear2(self.dropout1(F.gelu(self.linear1(x)))))
+        )
         return (x, weights) if need_weights else x
 
 
@@ -302,7 +340,9 @@ class SeqPool(nn.Module):
         self.bias = nn.Parameter(torch.zeros(1))
         nn.init.trunc_normal_(self.weight, std=0.02)
 
-    def pool_weights(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    def pool_weights(
+        self, x: torch.Tensor, mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """(B, N, D) tokens -> (B, N) weights, each row summing to one."""
         scores = F.linear(x, self.weight, self.bias).squeeze(-1)
         if mask is not None:
@@ -368,10 +408,14 @@ class TransformerClassifier(nn.Module):
             self.class_emb = nn.Parameter(torch.zeros(1, 1, embedding_dim))
             self.attention_pool = None
         num_positions = (
-            None if sequence_length is None else sequence_length + (0 if seq_pool else 1)
+            None
+            if sequence_length is None
+            else sequence_length + (0 if seq_pool else 1)
         )
         if positional_embedding == "learnable":
-            self.positional_emb = nn.Parameter(torch.empty(1, num_positions, embedding_dim))
+            self.positional_emb = nn.Parameter(
+                torch.empty(1, num_positions, embedding_dim)
+            )
             nn.init.trunc_normal_(self.positional_emb, std=0.2)
         elif positional_embedding == "sine":
             self.register_buffer(
@@ -421,7 +465,9 @@ class TransformerClassifier(nn.Module):
             x = x + self.positional_emb[:, : x.shape[1]]
         return self.dropout(x), mask
 
-    def forward_features(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward_features(
+        self, x: torch.Tensor, mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """Tokens (B, N, D) -> encoded tokens after the final LayerNorm (B, N (+1), D)."""
         x, mask = self._embed(x, mask)
         attn_mask = None if mask is None else mask[:, None, None, :]
@@ -430,7 +476,10 @@ class TransformerClassifier(nn.Module):
         return self.norm(x)
 
     def forward(
-        self, x: torch.Tensor, mask: torch.Tensor | None = None, return_pool_weights: bool = False
+        self,
+        x: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        return_pool_weights: bool = False,
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """Tokens (B, N, D) and optional (B, N) mask (True = real token) -> logits (B, classes).
 
@@ -439,7 +488,9 @@ class TransformerClassifier(nn.Module):
         x = self.forward_features(x, mask)
         if self.attention_pool is None:
             if return_pool_weights:
-                raise ValueError("This model pools with a class token: it has no SeqPool weights.")
+                raise ValueError(
+                    "This model pools with a class token: it has no SeqPool weights."
+                )
             return self.fc(x[:, 0])
         pooled, weights = self.attention_pool(x, mask)
         logits = self.fc(pooled)
@@ -490,7 +541,9 @@ class CompactTransformer(nn.Module):
         positional_embedding: str = "learnable",
     ):
         super().__init__()
-        self.img_size = (img_size, img_size) if isinstance(img_size, int) else tuple(img_size)
+        self.img_size = (
+            (img_size, img_size) if isinstance(img_size, int) else tuple(img_size)
+        )
         self.in_channels = tokenizer.in_channels
         self.tokenizer = tokenizer
         self.grid_size = tokenizer.grid_size(*self.img_size)
@@ -557,7 +610,9 @@ class CCT(CompactTransformer):
             padding=max(1, kernel_size // 2) if padding is None else padding,
             n_conv_layers=n_conv_layers,
         )
-        super().__init__(tokenizer, img_size, True, num_classes, embedding_dim, **kwargs)
+        super().__init__(
+            tokenizer, img_size, True, num_classes, embedding_dim, **kwargs
+        )
 
 
 def _check_patches(img_size: int | tuple[int, int], patch_size: int) -> None:
@@ -585,7 +640,9 @@ class ViTLite(CompactTransformer):
     ):
         _check_patches(img_size, patch_size)
         tokenizer = Tokenizer.patchify(in_channels, embedding_dim, patch_size)
-        super().__init__(tokenizer, img_size, self.seq_pool, num_classes, embedding_dim, **kwargs)
+        super().__init__(
+            tokenizer, img_size, self.seq_pool, num_classes, embedding_dim, **kwargs
+        )
 
 
 class CVT(ViTLite):
@@ -634,7 +691,9 @@ class TextCCT(nn.Module):
     ):
         super().__init__()
         if embedding_weights is None:
-            self.embedding = nn.Embedding(vocab_size, word_embedding_dim, padding_idx=padding_idx)
+            self.embedding = nn.Embedding(
+                vocab_size, word_embedding_dim, padding_idx=padding_idx
+            )
             self.embedding.weight.requires_grad_(not freeze_embedding)
         else:
             if tuple(embedding_weights.shape) != (vocab_size, word_embedding_dim):
@@ -690,9 +749,13 @@ class TextCCT(nn.Module):
                 )
             mask = mask.bool()
             if (mask[:, 1:] & ~mask[:, :-1]).any():
-                raise ValueError("mask must be right-padded: True for the real tokens, then False.")
+                raise ValueError(
+                    "mask must be right-padded: True for the real tokens, then False."
+                )
             if not mask[:, 0].all():
-                raise ValueError("Every sequence needs at least one real token (mask[:, 0] True).")
+                raise ValueError(
+                    "Every sequence needs at least one real token (mask[:, 0] True)."
+                )
         x, mask = self.tokenizer(self.embedding(token_ids), mask)
         return self.classifier(x, mask, return_pool_weights=return_pool_weights)
 
@@ -712,7 +775,10 @@ _SIZES: dict[int, tuple[int, int, float]] = {
 def _size(num_layers: int) -> dict[str, Any]:
     embedding_dim, num_heads, mlp_ratio = _SIZES[num_layers]
     return dict(
-        num_layers=num_layers, embedding_dim=embedding_dim, num_heads=num_heads, mlp_ratio=mlp_ratio
+        num_layers=num_layers,
+        embedding_dim=embedding_dim,
+        num_heads=num_heads,
+        mlp_ratio=mlp_ratio,
     )
 
 
@@ -737,7 +803,11 @@ def _image_variant(
         positional_embedding: str = "learnable",
         **overrides: Any,
     ) -> CompactTransformer:
-        config = _size(num_layers) | tokenizer | {"positional_embedding": positional_embedding}
+        config = (
+            _size(num_layers)
+            | tokenizer
+            | {"positional_embedding": positional_embedding}
+        )
         return cls(img_size, in_channels, num_classes, **(config | overrides))
 
     dim, heads, ratio = _SIZES[num_layers]
@@ -764,8 +834,12 @@ cct_6_3x1 = _image_variant("cct_6_3x1", CCT, 6, kernel_size=3, n_conv_layers=1)
 cct_6_3x2 = _image_variant("cct_6_3x2", CCT, 6, kernel_size=3, n_conv_layers=2)
 cct_7_3x1 = _image_variant("cct_7_3x1", CCT, 7, kernel_size=3, n_conv_layers=1)
 cct_7_3x2 = _image_variant("cct_7_3x2", CCT, 7, kernel_size=3, n_conv_layers=2)
-cct_7_7x2 = _image_variant("cct_7_7x2", CCT, 7, img_size=224, kernel_size=7, n_conv_layers=2)
-cct_14_7x2 = _image_variant("cct_14_7x2", CCT, 14, img_size=224, kernel_size=7, n_conv_layers=2)
+cct_7_7x2 = _image_variant(
+    "cct_7_7x2", CCT, 7, img_size=224, kernel_size=7, n_conv_layers=2
+)
+cct_14_7x2 = _image_variant(
+    "cct_14_7x2", CCT, 14, img_size=224, kernel_size=7, n_conv_layers=2
+)
 
 
 # Text factories (not registered: they take token ids and a vocabulary, not images) -------------
@@ -775,10 +849,16 @@ def _text_variant(num_layers: int) -> Callable[..., TextCCT]:
     """The factory ``text_cct_<num_layers>``: ``(vocab_size, num_classes, kernel_size, seq_len)``."""
 
     def factory(
-        vocab_size: int, num_classes: int, kernel_size: int = 2, seq_len: int = 64, **overrides: Any
+        vocab_size: int,
+        num_classes: int,
+        kernel_size: int = 2,
+        seq_len: int = 64,
+        **overrides: Any,
     ) -> TextCCT:
         config = _size(num_layers) | overrides
-        return TextCCT(vocab_size, num_classes, seq_len, kernel_size=kernel_size, **config)
+        return TextCCT(
+            vocab_size, num_classes, seq_len, kernel_size=kernel_size, **config
+        )
 
     dim, heads, ratio = _SIZES[num_layers]
     factory.__name__ = factory.__qualname__ = f"text_cct_{num_layers}"

@@ -20,7 +20,9 @@ def _kind(op_name: str) -> str:
     return "other"
 
 
-def count_macs(model: nn.Module, inputs: torch.Tensor | Sequence[int]) -> dict[str, int]:
+def count_macs(
+    model: nn.Module, inputs: torch.Tensor | Sequence[int]
+) -> dict[str, int]:
     """MACs of one forward pass of ``model`` on ``inputs`` (a tensor, or a shape for zeros).
 
     Counted by ``torch.utils.flop_counter.FlopCounterMode`` (MACs = FLOPs / 2) and returned as

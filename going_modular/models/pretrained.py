@@ -113,7 +113,10 @@ def create_vit_feature_extractor(
         else:
             try:
                 model = vit_b_16(weights=enum, progress=True)
-            except (OSError, RuntimeError) as error:  # URLError is an OSError; bad hash: Runtime
+            except (
+                OSError,
+                RuntimeError,
+            ) as error:  # URLError is an OSError; bad hash: Runtime
                 if not fallback:
                     raise DownloadError(
                         f"Could not download {enum.url}: {error}. Check your connection and "
@@ -164,7 +167,9 @@ def vit_b_16_pretrained(
     if enum is not None and img_size != weights_image_size(enum):
         raise ValueError(_size_message(enum, img_size))
     if img_size % 16:
-        raise ValueError(f"img_size must be a multiple of the patch size 16, got {img_size}.")
+        raise ValueError(
+            f"img_size must be a multiple of the patch size 16, got {img_size}."
+        )
     model, _, _ = create_vit_feature_extractor(
         num_classes, enum, fallback=fallback, img_size=img_size
     )

@@ -26,13 +26,20 @@ class TinyVGG(nn.Module):
     """
 
     def __init__(
-        self, in_channels: int = 3, hidden_units: int = 16, num_classes: int = 3, img_size: int = 64
+        self,
+        in_channels: int = 3,
+        hidden_units: int = 16,
+        num_classes: int = 3,
+        img_size: int = 64,
     ):
         super().__init__()
         if img_size < 4:
-            raise ValueError(f"TinyVGG needs images of at least 4x4 pixels, got {img_size}.")
+            raise ValueError(
+                f"TinyVGG needs images of at least 4x4 pixels, got {img_size}."
+            )
         self.features = nn.Sequential(
-            _conv_block(in_channels, hidden_units), _conv_block(hidden_units, hidden_units)
+            _conv_block(in_channels, hidden_units),
+            _conv_block(hidden_units, hidden_units),
         )
         self.classifier = nn.Sequential(
             nn.Flatten(), nn.Linear(hidden_units * (img_size // 4) ** 2, num_classes)
@@ -44,7 +51,10 @@ class TinyVGG(nn.Module):
 
 @register_model("tinyvgg")
 def tinyvgg(
-    num_classes: int = 3, img_size: int = 64, in_channels: int = 3, hidden_units: int = 16
+    num_classes: int = 3,
+    img_size: int = 64,
+    in_channels: int = 3,
+    hidden_units: int = 16,
 ) -> TinyVGG:
     """TinyVGG for ``img_size`` x ``img_size`` images."""
     return TinyVGG(in_channels, hidden_units, num_classes, img_size)

@@ -35,7 +35,9 @@ class PatchEmbedding(nn.Module):
     non-overlapping patches and applies the same linear map E to each one.
     """
 
-    def __init__(self, in_channels: int = 3, patch_size: int = 16, embedding_dim: int = 768):
+    def __init__(
+        self, in_channels: int = 3, patch_size: int = 16, embedding_dim: int = 768
+    ):
         super().__init__()
         self.in_channels = in_channels
         self.patch_size = patch_size
@@ -110,7 +112,9 @@ class MultiheadSelfAttentionBlock(nn.Module):
         batch, tokens, dim = x.shape
         qkv = self.qkv(self.layer_norm(x))
         # (B, N, 3D) -> (3, B, heads, N, head_dim)
-        qkv = qkv.reshape(batch, tokens, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        qkv = qkv.reshape(batch, tokens, 3, self.num_heads, self.head_dim).permute(
+            2, 0, 3, 1, 4
+        )
         q, k, v = qkv.unbind(0)
         dropout_p = self.attn_dropout if self.training else 0.0
         if need_weights:
@@ -118,7 +122,9 @@ class MultiheadSelfAttentionBlock(nn.Module):
             out = F.dropout(weights, dropout_p, training=self.training) @ v
         else:
             out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p)
-        out = self.proj_dropout(self.proj(out.transpose(1, 2).reshape(batch, tokens, dim)))
+        out = self.proj_dropout(
+            self.proj(out.transpose(1, 2).reshape(batch, tokens, dim))
+        )
         return (out, weights) if need_weights else out
 
 
@@ -165,7 +171,11 @@ class TransformerEncoderBlock(nn.Module):
     ):
         super().__init__()
         self.msa_block = MultiheadSelfAttentionBlock(
-            embedding_dim, num_heads, attn_dropout, layer_norm_eps, proj_dropout=mlp_dropout
+            embedding_dim,
+            num_heads,
+            attn_dropout,
+            layer_norm_eps,
+            proj_dropout=mlp_dropout,
         )
         self.mlp_block = MLPBlock(embedding_dim, mlp_size, mlp_dropout, layer_norm_eps)
 
@@ -218,18 +228,26 @@ class ViT(nn.Module):
         self.num_patches = (img_size // patch_size) ** 2
         self.patch_embedding = PatchEmbedding(in_channels, patch_size, embedding_dim)
         self.class_embedding = nn.Parameter(torch.empty(1, 1, embedding_dim))
-        self.position_embedding = nn.Parameter(torch.empty(1, self.num_patches + 1, embedding_dim))
+        self.position_embedding = nn.Parameter(
+            torch.empty(1, self.num_patches + 1, embedding_dim)
+        )
         self.embedding_dropout = nn.Dropout(embedding_dropout)
         self.encoder = nn.Sequential(
             *(
                 TransformerEncoderBlock(
-                    embedding_dim, num_heads, mlp_size, mlp_dropout, attn_dropout, layer_norm_eps
+                    embedding_dim,
+                    num_heads,
+                    mlp_size,
+                    mlp_dropout,
+                    attn_dropout,
+                    layer_norm_eps,
                 )
                 for _ in range(num_transformer_layers)
             )
         )
         self.classifier = nn.Sequential(
-            nn.LayerNorm(embedding_dim, eps=layer_norm_eps), nn.Linear(embedding_dim, num_classes)
+            nn.LayerNorm(embedding_dim, eps=layer_norm_eps),
+            nn.Linear(embedding_dim, num_classes),
         )
         self._init_weights()
 
@@ -301,7 +319,11 @@ def _copy(dst: torch.Tensor, src: torch.Tensor, name: str) -> None:
 
 def _copy_module(dst: nn.Module, src: nn.Module, name: str) -> None:
     """Copy the weight and bias of a Linear, LayerNorm or Conv2d, checking LayerNorm eps."""
-    if isinstance(dst, nn.LayerNorm) and isinstance(src, nn.LayerNorm) and dst.eps != src.eps:
+    if (
+        isinstance(dst, nn.LayerNorm)
+        and isinstance(src, nn.LayerNorm)
+        and dst.eps != src.eps
+    ):
         raise ValueError(
             f"LayerNorm eps mismatch for {name}: this model uses {dst.eps}, the source {src.eps}. "
             f"Build the model with layer_norm_eps={src.eps}."
@@ -311,7 +333,9 @@ def _copy_module(dst: nn.Module, src: nn.Module, name: str) -> None:
 
 
 def load_multihead_attention(
-    block: MultiheadSelfAttentionBlock, mha: nn.MultiheadAttention, norm: nn.LayerNorm | None = None
+    block: MultiheadSelfAttentionBlock,
+    mha: nn.MultiheadAttention,
+    norm: nn.LayerNorm | None = None,
 ) -> MultiheadSelfAttentionBlock:
     """Copy an ``nn.MultiheadAttention`` (and optionally the LayerNorm before it) into ``block``."""
     if mha.in_proj_weight is None or mha.in_proj_bias is None:
@@ -332,7 +356,9 @@ def load_multihead_attention(
     return block
 
 
-def _load_mlp(block: MLPBlock, norm: nn.LayerNorm, fc1: nn.Linear, fc2: nn.Linear) -> None:
+def _load_mlp(
+    block: MLPBlock, norm: nn.LayerNorm, fc1: nn.Linear, fc2: nn.Linear
+) -> None:
     _copy_module(block.layer_norm, norm, "mlp_block.layer_norm")
     _copy_module(block.mlp[0], fc1, "mlp_block.mlp.0")
     _copy_module(block.mlp[3], fc2, "mlp_block.mlp.3")
@@ -362,7 +388,9 @@ def load_torchvision_weights(model: ViT, tv_model: VisionTransformer) -> ViT:
     In eval mode ``model(x)`` then equals ``tv_model(x)`` up to float32 rounding.
     """
     if tv_model.representation_size is not None:
-        raise ValueError("torchvision ViTs with a pre-logits layer (representation_size) differ.")
+        raise ValueError(
+            "torchvision ViTs with a pre-logits layer (representation_size) differ."
+        )
     tv_layers = list(tv_model.encoder.layers)
     if len(tv_layers) != len(model.encoder):
         raise ValueError(
@@ -370,14 +398,18 @@ def load_torchvision_weights(model: ViT, tv_model: VisionTransformer) -> ViT:
             f"source {len(tv_layers)}. Build it with num_transformer_layers={len(tv_layers)}."
         )
     _copy(model.class_embedding, tv_model.class_token, "class_embedding <- class_token")
-    _copy_module(model.patch_embedding.patcher, tv_model.conv_proj, "patcher <- conv_proj")
+    _copy_module(
+        model.patch_embedding.patcher, tv_model.conv_proj, "patcher <- conv_proj"
+    )
     _copy(
         model.position_embedding,
         tv_model.encoder.pos_embedding,
         "position_embedding <- encoder.pos_embedding (check img_size and patch_size)",
     )
     for block, tv_layer in zip(model.encoder, tv_layers, strict=True):
-        load_multihead_attention(block.msa_block, tv_layer.self_attention, tv_layer.ln_1)
+        load_multihead_attention(
+            block.msa_block, tv_layer.self_attention, tv_layer.ln_1
+        )
         _load_mlp(block.mlp_block, tv_layer.ln_2, tv_layer.mlp[0], tv_layer.mlp[3])
     _copy_module(model.classifier[0], tv_model.encoder.ln, "classifier.0 <- encoder.ln")
     _copy_module(model.classifier[1], tv_model.heads.head, "classifier.1 <- heads.head")
@@ -408,7 +440,11 @@ def vit_b_16(
 ) -> ViT:
     """Table 1's ViT-Base/16: 12 layers, D=768, MLP 3072, 12 heads (86.6M parameters at 1000)."""
     config = dict(
-        patch_size=16, num_transformer_layers=12, embedding_dim=768, mlp_size=3072, num_heads=12
+        patch_size=16,
+        num_transformer_layers=12,
+        embedding_dim=768,
+        mlp_size=3072,
+        num_heads=12,
     )
     return _build(config, num_classes, img_size, in_channels, overrides)
 
@@ -419,7 +455,11 @@ def vit_l_16(
 ) -> ViT:
     """Table 1's ViT-Large/16: 24 layers, D=1024, MLP 4096, 16 heads (304.3M parameters)."""
     config = dict(
-        patch_size=16, num_transformer_layers=24, embedding_dim=1024, mlp_size=4096, num_heads=16
+        patch_size=16,
+        num_transformer_layers=24,
+        embedding_dim=1024,
+        mlp_size=4096,
+        num_heads=16,
     )
     return _build(config, num_classes, img_size, in_channels, overrides)
 
@@ -430,7 +470,11 @@ def vit_h_14(
 ) -> ViT:
     """Table 1's ViT-Huge/14: 32 layers, D=1280, MLP 5120, 16 heads (632.0M parameters at 224)."""
     config = dict(
-        patch_size=14, num_transformer_layers=32, embedding_dim=1280, mlp_size=5120, num_heads=16
+        patch_size=14,
+        num_transformer_layers=32,
+        embedding_dim=1280,
+        mlp_size=5120,
+        num_heads=16,
     )
     return _build(config, num_classes, img_size, in_channels, overrides)
 
@@ -446,6 +490,10 @@ def vit_tiny(
     small data overfits. Other sizes via overrides, e.g. ``img_size=64, patch_size=8``.
     """
     config = dict(
-        patch_size=16, num_transformer_layers=4, embedding_dim=192, mlp_size=384, num_heads=3
+        patch_size=16,
+        num_transformer_layers=4,
+        embedding_dim=192,
+        mlp_size=384,
+        num_heads=3,
     )
     return _build(config, num_classes, img_size, in_channels, overrides)
