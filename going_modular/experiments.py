@@ -1,0 +1,87 @@
+"""Small experiments done honestly: subsets of in-memory data, several seeds, mean and spread.
+
+The chapters compare models and recipes. One run proves little; these helpers make it cheap to
+repeat a run over seeds and report ``mean ± std``::
+
+    runs = over_seeds(lambda seed: fit(seed), seeds=(0, 1, 2))
+    mean, std = summarize([r["test_acc"][-1] for r in runs])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import TypeVar
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from .utils import set_seeds
+
+R = TypeVar("R")
+
+
+def balanced_subset(
+    labels: torch.Tensor,
+    per_class: int,
+    seed: int = 0,
+    classes: Sequence[int] | None = None,
+) -> torch.Tensor:
+    """Indices of ``per_class`` examples of each class (all classes, or ``classes``), shuffled.
+
+    Raises ValueError, before any work, when a class has fewer examples than asked for.
+    """
+    generator = torch.Generator().manual_seed(seed)
+    chosen = []
+    for c in classes if classes is not None else labels.unique().tolist():
+        members = (labels == c).nonzero().flatten()
+        if len(members) < per_class:
+            raise ValueError(
+                f"class {c} has {len(members)} examples; cannot take {per_class} per class."
+            )
+        chosen.append(
+            members[torch.randperm(len(members), generator=generator)[:per_class]]
+        )
+    indices = torch.cat(chosen)
+    return indices[torch.randperm(len(indices), generator=generator)]
+
+
+def tensor_loaders(
+    train: tuple[torch.Tensor, torch.Tensor],
+    test: tuple[torch.Tensor, torch.Tensor],
+    batch_size: int,
+    seed: int = 0,
+    test_batch_size: int = 1024,
+) -> tuple[DataLoader, DataLoader]:
+    """DataLoaders over in-memory ``(images, labels)`` pairs; the training order follows ``seed``."""
+    generator = torch.Generator().manual_seed(seed)
+    train_loader = DataLoader(
+        TensorDataset(*train), batch_size=batch_size, shuffle=True, generator=generator
+    )
+    test_loader = DataLoader(TensorDataset(*test), batch_size=test_batch_size)
+    return train_loader, test_loader
+
+
+def over_seeds(run: Callable[[int], R], seeds: Iterable[int] = (0, 1, 2)) -> list[R]:
+    """Call ``run(seed)`` for each seed, after seeding Python, NumPy and torch with it."""
+    results = []
+    for seed in seeds:
+        set_seeds(seed)
+        results.append(run(seed))
+    return results
+
+
+def summarize(values: Iterable[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation (0 for a single value)."""
+    array = np.asarray(list(values), dtype=float)
+    if array.size == 0:
+        raise ValueError("summarize() needs at least one value.")
+    return float(array.mean()), float(array.std(ddof=1)) if array.size > 1 else 0.0
+
+
+def format_mean_std(
+    values: Iterable[float], scale: float = 100.0, digits: int = 1
+) -> str:
+    """``"87.3 ± 0.4"``: mean ± std of ``values`` times ``scale`` (percent by default)."""
+    mean, std = summarize(values)
+    return f"{mean * scale:.{digits}f} ± {std * scale:.{digits}f}"
