@@ -1,6 +1,7 @@
 # Two commands do all set-up on a fresh machine:
 #   make book   builds the book into _build/html
-#   make test   runs every test (lint, unit tests, every notebook through nbval)
+#   make test   builds the book, then runs every test (lint, unit tests, every notebook
+#               through nbval, the rendered book in headless Chromium)
 # Each creates .venv (or reuses it) and installs requirements.txt into it first.
 
 VENV ?= .venv
@@ -23,7 +24,8 @@ install: $(STAMP)
 book: $(STAMP)
 	$(VENV)/bin/jupyter-book build . --warningiserror --keep-going
 
-test: $(STAMP)
+# The browser test (tests/test_browser.py) reads the book that `book` has just built.
+test: $(STAMP) book
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(TEST_ENV) $(TEST_THREADS) $(PY) -m pytest tests book -n 2 --dist loadscope \

@@ -18,13 +18,11 @@ cores the fastest run is the least disturbed) and the median run are reported in
 from __future__ import annotations
 
 import argparse
-import contextlib
 import copy
-import statistics
-import time
+from functools import partial
 
 import torch
-import torch.nn.functional as F
+from timing import interleave, median, train_steps
 from timm.models.vision_transformer import Block
 from torch import nn
 
@@ -54,30 +52,6 @@ def timm_twin(model: CompactTransformer) -> CompactTransformer:
     return twin
 
 
-def train_steps(
-    model: nn.Module,
-    optimizer: torch.optim.Optimizer,
-    images: torch.Tensor,
-    labels: torch.Tensor,
-    steps: int,
-    bf16: bool,
-) -> float:
-    """Run ``steps`` training steps; return images per second."""
-    autocast = (
-        torch.autocast("cpu", dtype=torch.bfloat16)
-        if bf16
-        else contextlib.nullcontext()
-    )
-    start = time.perf_counter()
-    for _ in range(steps):
-        optimizer.zero_grad(set_to_none=True)
-        with autocast:
-            loss = F.cross_entropy(model(images), labels)
-        loss.backward()
-        optimizer.step()
-    return steps * images.shape[0] / (time.perf_counter() - start)
-
-
 def benchmark(name: str, args: argparse.Namespace) -> tuple[float, float]:
     torch.manual_seed(0)
     ours = build_model(name, num_classes=10, img_size=32).train()
@@ -90,27 +64,35 @@ def benchmark(name: str, args: argparse.Namespace) -> tuple[float, float]:
         )
     images = torch.randn(args.batch_size, 3, 32, 32)
     labels = torch.randint(0, 10, (args.batch_size,))
-    runs: dict[str, list[float]] = {"ours": [], "timm": []}
     models = {"ours": ours, "timm": theirs}
     optimizers = {
         key: torch.optim.AdamW(m.parameters(), lr=1e-4) for key, m in models.items()
     }
     for key, model in models.items():
         train_steps(model, optimizers[key], images, labels, args.warmup, args.bf16)
-    for _ in range(args.repeats):
-        for key, model in models.items():
-            runs[key].append(
-                train_steps(
-                    model, optimizers[key], images, labels, args.steps, args.bf16
-                )
+    runs = interleave(
+        {
+            key: partial(
+                train_steps,
+                model,
+                optimizers[key],
+                images,
+                labels,
+                args.steps,
+                args.bf16,
             )
+            for key, model in models.items()
+        },
+        args.repeats,
+        verbose=False,
+    )
     best = {key: max(r) for key, r in runs.items()}
-    median = {key: statistics.median(r) for key, r in runs.items()}
+    med = {key: median(r) for key, r in runs.items()}
     print(
         f"{name:<13} {n_ours:>10,} params | best: ours {best['ours']:7.1f}, timm "
         f"{best['timm']:7.1f} img/s, ratio {best['ours'] / best['timm']:.3f} | median: ours "
-        f"{median['ours']:7.1f}, timm {median['timm']:7.1f}, ratio "
-        f"{median['ours'] / median['timm']:.3f}",
+        f"{med['ours']:7.1f}, timm {med['timm']:7.1f}, ratio "
+        f"{med['ours'] / med['timm']:.3f}",
         flush=True,
     )
     return best["ours"], best["timm"]

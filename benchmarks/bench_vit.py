@@ -12,12 +12,10 @@ machine evenly. Prints the median images/s of each and the ratio ours / torchvis
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
+from functools import partial
 
 import torch
-import torch.nn.functional as F
-from torch import nn
+from timing import interleave, median, train_steps
 from torchvision.models import VisionTransformer
 
 from going_modular.models.vit import ViT, load_torchvision_weights
@@ -59,22 +57,6 @@ def parse_args() -> argparse.Namespace:
     )
     parser.add_argument("--seed", type=int, default=0)
     return parser.parse_args()
-
-
-def train_steps(
-    model: nn.Module,
-    optimizer: torch.optim.Optimizer,
-    images: torch.Tensor,
-    labels: torch.Tensor,
-    steps: int,
-) -> float:
-    """Run ``steps`` training steps and return the throughput in images per second."""
-    start = time.perf_counter()
-    for _ in range(steps):
-        optimizer.zero_grad(set_to_none=True)
-        F.cross_entropy(model(images), labels).backward()
-        optimizer.step()
-    return images.shape[0] * steps / (time.perf_counter() - start)
 
 
 def main() -> None:
@@ -126,20 +108,18 @@ def main() -> None:
     for name, model in models.items():
         train_steps(model, optimizers[name], images, labels, args.warmup)
 
-    results: dict[str, list[float]] = {name: [] for name in models}
-    for repeat in range(args.repeats):
-        order = list(models) if repeat % 2 == 0 else list(reversed(models))
-        for name in order:
-            results[name].append(
-                train_steps(models[name], optimizers[name], images, labels, args.steps)
+    results = interleave(
+        {
+            name: partial(
+                train_steps, models[name], optimizers[name], images, labels, args.steps
             )
-        print(
-            f"repeat {repeat}: "
-            + "  ".join(f"{n} {results[n][-1]:.2f}" for n in models)
-        )
+            for name in models
+        },
+        args.repeats,
+    )
 
-    ours_ips = statistics.median(results["ours"])
-    tv_ips = statistics.median(results["torchvision"])
+    ours_ips = median(results["ours"])
+    tv_ips = median(results["torchvision"])
     print(f"ours:        {ours_ips:8.2f} img/s (median of {args.repeats})")
     print(f"torchvision: {tv_ips:8.2f} img/s (median of {args.repeats})")
     print(f"ratio ours / torchvision: {ours_ips / tv_ips:.3f}")

@@ -85,3 +85,29 @@ def format_mean_std(
     """``"87.3 ± 0.4"``: mean ± std of ``values`` times ``scale`` (percent by default)."""
     mean, std = summarize(values)
     return f"{mean * scale:.{digits}f} ± {std * scale:.{digits}f}"
+
+
+def step_loader(
+    train: tuple[torch.Tensor, torch.Tensor],
+    batch_size: int,
+    steps: int,
+    seed: int = 0,
+) -> DataLoader:
+    """A loader of exactly ``steps`` full batches, reshuffling at every pass over the data.
+
+    For budgets counted in optimizer steps: a small training set is cycled through as often
+    as needed, a large one is only partly seen. Iterating the loader again continues with
+    fresh shuffles (the generator is not reset).
+    """
+    if steps <= 0 or batch_size <= 0:
+        raise ValueError(
+            f"steps and batch_size must be positive, got steps={steps}, "
+            f"batch_size={batch_size}."
+        )
+    dataset = TensorDataset(*train)
+    sampler = torch.utils.data.RandomSampler(
+        dataset,
+        num_samples=steps * batch_size,
+        generator=torch.Generator().manual_seed(seed),
+    )
+    return DataLoader(dataset, batch_size=batch_size, sampler=sampler)

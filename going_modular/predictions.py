@@ -28,6 +28,11 @@ def predict_image(
     model.to(device).eval()
     with torch.inference_mode():
         probs = torch.softmax(model(transform(image).unsqueeze(0).to(device)), dim=1)[0]
+    if len(probs) != len(class_names):
+        raise ValueError(
+            f"The model gives {len(probs)} class scores but {len(class_names)} class names "
+            "were passed; pass the class names the model was trained with."
+        )
     index = int(probs.argmax())
     return class_names[index], float(probs[index])
 

@@ -133,8 +133,9 @@ class PhotoDigits(_ImageListDataset):
     """CIFAR-10's shape (32x32 RGB, 10 classes): real handwritten digits on real photographs.
 
     Each digit is drawn ``copies`` times, each time scaled, coloured and placed at random
-    over a random crop of one of scikit-image's photographs. Train digits and test digits
-    are different people's writing, and their backgrounds come from disjoint photo halves.
+    over a random crop of one of scikit-image's photographs. The 1,797 digits are split 80/20
+    at random (stratified by class): scikit-learn's digits carry no writer ids, so the same
+    person's writing may be on both sides. The backgrounds come from disjoint photo halves.
     """
 
     classes = [str(d) for d in range(10)]

@@ -1,7 +1,15 @@
 """Train a model from the command line: ``python -m going_modular.train --help``.
 
 A run writes three files to ``--output-dir``: the checkpoint (``model.pth``), the per-epoch
-results (``results.json``) and the loss and accuracy curves (``loss_curves.png``).
+results (``results.json``, strict JSON with the run's id and status) and the loss and accuracy
+curves (``loss_curves.png``). Files of an earlier run there are first moved to ``previous/``.
+Bad numbers, an unusable output folder and a model that does not fit the images are refused
+before any data is prepared. Ctrl-C saves the last completed epoch and exits with code 130; a
+NaN or infinite loss stops the run with an error (exit code 1) and saves no checkpoint.
+
+``--dataset fashion_mnist`` trains on Fashion-MNIST (28x28 grey), padded to 32x32 or repeated
+to RGB only when the model needs it; ``--data-dir PATH`` trains on your own images (an
+ImageFolder with ``train/`` and ``test/`` class folders).
 
 ``--recipe cct`` (or ``cct200``) trains with a Compact Transformers recipe from
 :mod:`going_modular.augment`: its augmentations (on cifar10), MixUp/CutMix (cct), label
@@ -14,8 +22,16 @@ supplies the defaults of ``--epochs``, ``--batch-size``, ``--lr``, ``--weight-de
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
+import os
+import signal
+import sys
+import tempfile
+import threading
+import time
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -28,7 +44,12 @@ from torch import nn  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 from torchvision import transforms  # noqa: E402
 
-from . import augment, data_setup, datasets, engine, utils  # noqa: E402
+from . import augment, data_setup, datasets, engine, gpu_augment, utils  # noqa: E402
+from .download import (  # noqa: E402
+    DownloadError,
+    remove_stale_temporaries,
+    temporary_prefix,
+)
 from .models import build_model, list_models  # noqa: E402
 from .optim import param_groups_weight_decay, warmup_cosine_schedule  # noqa: E402
 from .plots import plot_loss_curves  # noqa: E402
@@ -44,12 +65,32 @@ PLAIN_DEFAULTS = {
 }
 
 DATASETS = {
-    # name -> (default image size, channels)
-    "food": (224, 3),
-    "food20": (224, 3),
-    "cifar10": (32, 3),
-    "mnist": (28, 1),
+    # name -> (default image size, channels, classes)
+    "food": (224, 3, 3),
+    "food20": (224, 3, 3),
+    "cifar10": (32, 3, 10),
+    "mnist": (28, 1, 10),
+    "fashion_mnist": (28, 1, 10),
 }
+# Fashion-MNIST sizes and channels tried in turn until the model takes one: native 28x28 grey,
+# padded to 32x32 (e.g. patch size 16 or 32-pixel models), resized to 224, then the same in RGB.
+FASHION_INPUTS = [(size, c) for c in (1, 3) for size in (28, 32, 224)]
+RUN_FILES = ("model.pth", "results.json", "loss_curves.png")
+
+
+class UsageError(ValueError):
+    """Arguments that cannot work together; raised before any data is prepared."""
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """Ctrl-C during training, after the last completed epoch and the results were saved."""
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
+    return value
 
 
 def _positive_int(text: str) -> int:
@@ -59,10 +100,40 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
 def _positive_float(text: str) -> float:
-    value = float(text)
+    value = _finite(text)
     if not value > 0:
         raise argparse.ArgumentTypeError(f"must be positive, got {value}")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    value = _finite(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
+def _seed(text: str) -> int:
+    value = int(text)
+    if not 0 <= value < 2**32:
+        raise argparse.ArgumentTypeError(f"must be in [0, 2**32), got {value}")
+    return value
+
+
+def _label_smoothing(text: str) -> float:
+    value = _finite(text)
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(
+            f"must be at least 0 and below 1 (0.1 is usual), got {value}"
+        )
     return value
 
 
@@ -81,9 +152,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--dataset",
-        default="food",
+        default=None,
         choices=sorted(DATASETS),
-        help="food (pizza/steak/sushi 10%%), food20 (20%%), cifar10 or mnist",
+        help="food (pizza/steak/sushi 10%%, the default), food20 (20%%), cifar10, mnist or "
+        "fashion_mnist (padded to 32x32 or made RGB only if the model needs it)",
+    )
+    parser.add_argument(
+        "--data-dir",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="train on your own images instead: PATH/train/<class>/*.jpg and "
+        "PATH/test/<class>/*.jpg (resized to --img-size, default 224)",
     )
     parser.add_argument(
         "--recipe",
@@ -111,20 +191,23 @@ def build_parser() -> argparse.ArgumentParser:
         help="default: 1e-3, or the recipe's",
     )
     parser.add_argument(
-        "--weight-decay", type=float, default=None, help="default: 0, or the recipe's"
+        "--weight-decay",
+        type=_non_negative_float,
+        default=None,
+        help="default: 0, or the recipe's",
     )
     parser.add_argument(
         "--warmup-epochs",
-        type=float,
+        type=_non_negative_float,
         default=None,
         help="linear warmup length; with it the LR then decays by a cosine (default: 0, or "
         "the recipe's, shortened in proportion when --epochs is below the recipe's)",
     )
     parser.add_argument(
         "--label-smoothing",
-        type=float,
+        type=_label_smoothing,
         default=None,
-        help="default: 0, or the recipe's",
+        help="in [0, 1); default: 0, or the recipe's",
     )
     parser.add_argument("--max-grad-norm", type=_positive_float, default=None)
     parser.add_argument(
@@ -145,20 +228,39 @@ def build_parser() -> argparse.ArgumentParser:
         help="mixed precision (float16 on CUDA, bfloat16 on CPU)",
     )
     parser.add_argument(
+        "--gpu-augment",
+        choices=["auto", "on", "off"],
+        default="auto",
+        help="with --recipe on cifar10: augment batches on the training device "
+        "(going_modular.gpu_augment) instead of each image in loader workers; auto: on "
+        "with CUDA",
+    )
+    parser.add_argument(
+        "--compile",
+        action="store_true",
+        help="torch.compile the model (minutes to start; for long GPU runs)",
+    )
+    parser.add_argument(
         "--time-budget",
         type=_positive_float,
         default=None,
         metavar="MINUTES",
         help="stop training once this many minutes are spent (the last epoch is still tested)",
     )
-    parser.add_argument("--num-workers", type=int, default=None)
-    parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--num-workers", type=_non_negative_int, default=None)
+    parser.add_argument("--seed", type=_seed, default=42)
     parser.add_argument(
         "--no-fallback",
         action="store_true",
         help="fail instead of using the offline stand-in when data can't be fetched",
     )
     parser.add_argument("--output-dir", type=Path, default=Path("runs/latest"))
+    parser.add_argument(
+        "--mlflow",
+        action="store_true",
+        help="also log the options and per-epoch results to the MLflow store "
+        "(runs/mlflow.db, or $BOOK_MLFLOW_URI), experiment 'cli'",
+    )
     return parser
 
 
@@ -171,39 +273,44 @@ def make_dataloaders(
     *,
     train_transform=None,
     test_transform=None,
+    channels: int | None = None,
+    data_dir: Path | None = None,
 ) -> tuple[DataLoader, DataLoader, list[str]]:
     """Dataloaders and class names for one of :data:`DATASETS`, resized to ``img_size``.
 
     ``train_transform``/``test_transform`` replace the default (resize + to tensor) per split.
+    Fashion-MNIST is padded (not resized) to a 32 ``img_size`` and repeated to RGB when
+    ``channels`` is 3. With ``data_dir`` the images come from ``data_dir/train`` and
+    ``data_dir/test`` (ImageFolder layout) instead of ``dataset``.
     """
     transform = transforms.Compose(
         [transforms.Resize((img_size, img_size)), transforms.ToTensor()]
     )
     train_transform = train_transform or transform
     test_transform = test_transform or transform
-    if dataset in ("food", "food20"):
-        data = datasets.get_food_data(
-            "10%" if dataset == "food" else "20%", fallback=fallback
-        )
+    if data_dir is not None or dataset in ("food", "food20"):
+        if data_dir is None:
+            subset = "10%" if dataset == "food" else "20%"
+            data_dir = datasets.get_food_data(subset, fallback=fallback).root
         return data_setup.create_dataloaders(
-            data.train_dir,
-            data.test_dir,
+            data_dir / "train",
+            data_dir / "test",
             train_transform,
             batch_size,
             num_workers,
             test_transform=test_transform,
         )
     getter = datasets.get_cifar10 if dataset == "cifar10" else datasets.get_mnist
+    if dataset == "fashion_mnist":
+        getter = functools.partial(
+            datasets.get_fashion_mnist, pad_to_32=img_size == 32, rgb=channels == 3
+        )
     train_data = getter(train=True, transform=train_transform, fallback=fallback)
     test_data = getter(train=False, transform=test_transform, fallback=fallback)
     workers = data_setup.default_num_workers() if num_workers is None else num_workers
     return (
-        DataLoader(
-            train_data, batch_size=batch_size, shuffle=True, num_workers=workers
-        ),
-        DataLoader(
-            test_data, batch_size=batch_size, shuffle=False, num_workers=workers
-        ),
+        DataLoader(train_data, shuffle=True, **_loader_options(batch_size, workers)),
+        DataLoader(test_data, shuffle=False, **_loader_options(batch_size, workers)),
         list(train_data.classes),
     )
 
@@ -228,32 +335,312 @@ def _resolve_recipe(args: argparse.Namespace) -> augment.CCTRecipe | None:
     return recipe.replace(**explicit)
 
 
+def _loader_options(batch_size: int, workers: int) -> dict:
+    """DataLoader options for feeding a GPU: pinned memory (copied with non_blocking) when
+    there is one, and workers kept alive between epochs."""
+    return {
+        "batch_size": batch_size,
+        "num_workers": workers,
+        "pin_memory": torch.cuda.is_available(),
+        "persistent_workers": workers > 0,
+    }
+
+
+def _check_gpu_augment(args: argparse.Namespace, recipe) -> bool:
+    """Whether ``--gpu-augment`` can apply: only a recipe on cifar10 has per-image
+    augmentations to move; "on" without one is refused."""
+    applies = recipe is not None and args.dataset == "cifar10"
+    if getattr(args, "gpu_augment", "auto") == "on" and not applies:
+        raise UsageError(
+            "--gpu-augment on needs --recipe cct or cct200 with --dataset cifar10"
+        )
+    return applies
+
+
+def _use_device_augment(args: argparse.Namespace, recipe, device: torch.device) -> bool:
+    """``--gpu-augment``: "on", "off", or "auto" (on with CUDA)."""
+    choice = getattr(args, "gpu_augment", "auto")
+    on = choice == "on" or (choice == "auto" and device.type == "cuda")
+    return _check_gpu_augment(args, recipe) and on
+
+
+def _device_loaders(args, recipe, img_size: int, device: torch.device):
+    """cifar10 as uint8 tensors on ``device``, the recipe's augmentation batched there."""
+    fallback = not args.no_fallback
+    train_data = datasets.get_cifar10(train=True, fallback=fallback)
+    test_data = datasets.get_cifar10(train=False, fallback=fallback)
+    train_dl, test_dl = gpu_augment.recipe_loaders(
+        train_data,
+        test_data,
+        recipe,
+        img_size,
+        args.batch_size,
+        device,
+        augment.CIFAR10_MEAN,
+        augment.CIFAR10_STD,
+    )
+    print(f"[INFO] Augmenting batches on {device} (--gpu-augment).")
+    return train_dl, test_dl, list(train_data.classes)
+
+
+def _prepare_model(model: nn.Module, args: argparse.Namespace, device) -> nn.Module:
+    """The model ``engine.train`` runs. On CUDA, convolutional layers get channels_last
+    weights (faster with tensor cores; on a CPU it was slower in one of two measurements,
+    see benchmarks/README.md, so not there). With
+    ``--compile`` it is compiled; the checkpoint keeps the uncompiled module, which shares
+    its weights."""
+    if torch.device(device).type == "cuda" and any(
+        isinstance(m, nn.Conv2d) for m in model.modules()
+    ):
+        model.to(memory_format=torch.channels_last)
+    if not getattr(args, "compile", False):
+        return model
+    print("[INFO] torch.compile: the first steps compile the model and are slow.")
+    return torch.compile(model)
+
+
+def _check_combination(args: argparse.Namespace, recipe) -> None:
+    """Refuse options that are valid alone but not together (before any work starts)."""
+    if args.data_dir is not None and args.dataset is not None:
+        raise UsageError("give either --dataset or --data-dir, not both")
+    if args.data_dir is None and args.dataset is None:
+        args.dataset = "food"
+    if recipe is None and args.warmup_epochs > args.epochs:
+        raise UsageError(
+            f"--warmup-epochs {args.warmup_epochs:g} is longer than --epochs "
+            f"{args.epochs}: shorten the warmup or train longer"
+        )
+    _check_gpu_augment(args, recipe)
+
+
+def _data_label(args: argparse.Namespace) -> str:
+    return f"the images in {args.data_dir}" if args.data_dir else args.dataset
+
+
+def _input_candidates(args: argparse.Namespace) -> tuple[list[tuple[int, int]], int]:
+    """The (image size, channels) pairs the data can be given in, best first, and the
+    number of classes; read from the folder names alone for ``--data-dir``."""
+    if args.data_dir is not None:
+        try:
+            classes = data_setup.check_image_folder(args.data_dir / "train")
+            test_classes = data_setup.check_image_folder(args.data_dir / "test")
+        except (FileNotFoundError, ValueError) as error:
+            raise UsageError(
+                f"--data-dir {args.data_dir} needs train/ and test/ folders with one "
+                f"subfolder of images per class: {error}"
+            ) from None
+        if classes != test_classes:
+            raise UsageError(
+                f"--data-dir {args.data_dir}: train/ has classes {classes} but test/ has "
+                f"{test_classes}; both need the same class folders"
+            )
+        return [(args.img_size or 224, 3)], len(classes)
+    size, channels, num_classes = DATASETS[args.dataset]
+    if args.dataset != "fashion_mnist":
+        return [(args.img_size or size, channels)], num_classes
+    if args.img_size:
+        return [(args.img_size, c) for c in (1, 3)], num_classes
+    return FASHION_INPUTS, num_classes
+
+
+def _fitting_model(args: argparse.Namespace) -> tuple[nn.Module, int, int]:
+    """Build ``args.model`` for the first input shape it takes and check it with one
+    forward pass of zeros; return ``(model, img_size, channels)`` or raise UsageError."""
+    candidates, num_classes = _input_candidates(args)
+    first_error = None
+    for img_size, channels in candidates:
+        try:
+            model = build_model(
+                args.model,
+                num_classes=num_classes,
+                img_size=img_size,
+                in_channels=channels,
+            )
+            model.eval()
+            with torch.no_grad():
+                model(torch.zeros(2, channels, img_size, img_size))
+            model.train()
+        except (ValueError, RuntimeError) as error:
+            first_error = first_error or error
+            continue
+        if (img_size, channels) != candidates[0]:
+            size, grey = candidates[0]
+            changes = [] if channels == grey else ["grey repeated to RGB"]
+            if img_size != size:
+                how = "padded" if (size, img_size) == (28, 32) else "resized"
+                changes.insert(0, f"{how} to {img_size}x{img_size}")
+            print(
+                f"[INFO] {args.model} does not take {_data_label(args)}'s {size}x{size} "
+                f"images as they are ({first_error}), so they are {' and '.join(changes)}."
+            )
+        return model, img_size, channels
+    size, channels = candidates[0]
+    raise UsageError(
+        f"--model {args.model} does not fit {_data_label(args)} "
+        f"({channels} channel(s), {size}x{size} pixels): {first_error} "
+        "Pass an --img-size the model takes, or choose another --model."
+    )
+
+
+def _prepare_output_dir(out: Path) -> None:
+    """Create ``out`` and check that it is writable; move an earlier run's files to
+    ``out/previous/`` so that they are never mistaken for this run's."""
+    if out.exists() and not out.is_dir():
+        raise UsageError(
+            f"--output-dir {out} is an existing file, not a folder: choose another path"
+        )
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out):
+            pass
+    except OSError as error:
+        raise UsageError(
+            f"--output-dir {out} cannot be used: {error.strerror or error}. Choose a "
+            "folder you can write to"
+        ) from None
+    remove_stale_temporaries(out, "results.json")
+    earlier = [name for name in RUN_FILES if (out / name).exists()]
+    if earlier:
+        (out / "previous").mkdir(exist_ok=True)
+        for name in earlier:
+            os.replace(out / name, out / "previous" / name)
+        print(
+            f"[INFO] Moved the earlier run's {', '.join(earlier)} to {out / 'previous'}."
+        )
+
+
+def _write_results(out: Path, record: dict, results: dict) -> None:
+    """Write ``results.json`` atomically, as strict JSON (NaN is refused, not written)."""
+    text = json.dumps(record | results, indent=2, allow_nan=False)
+    fd, tmp = tempfile.mkstemp(prefix=temporary_prefix("results.json"), dir=out)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.chmod(tmp, 0o666 & ~utils.umask())
+    os.replace(tmp, out / "results.json")
+
+
+class _EpochKeeper:
+    """``engine.train``'s ``on_epoch_end``: keeps the weights and results of the last
+    completed epoch, to save them if training is interrupted."""
+
+    def __init__(self, model: nn.Module):
+        self.model, self.epoch, self.state, self.results = model, 0, None, {}
+
+    def __call__(self, epoch: int, results: dict[str, list[float]]) -> None:
+        self.state = {
+            k: v.detach().to("cpu", copy=True)
+            for k, v in self.model.state_dict().items()
+        }
+        self.results = {k: list(v) for k, v in results.items()}
+        self.epoch = epoch
+
+
+class _SigintDeferred:
+    """Hold Ctrl-C back while files are written (main thread only), so that a second
+    Ctrl-C cannot cut a save short."""
+
+    def __enter__(self):
+        self.active = threading.current_thread() is threading.main_thread()
+        if self.active:
+            self.previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    def __exit__(self, *exc):
+        if self.active:
+            signal.signal(signal.SIGINT, self.previous)
+
+
+def _save_run(
+    out: Path,
+    model: nn.Module,
+    results: dict,
+    record: dict,
+    class_names: list[str],
+    extra: dict,
+    title: str,
+) -> None:
+    with _SigintDeferred():
+        utils.save_model(
+            model, out, "model.pth", class_names=class_names, extra=extra | record
+        )
+        _write_results(out, record, results)
+        plot_loss_curves(results, title=title).savefig(out / "loss_curves.png", dpi=100)
+
+
+def _log_to_mlflow(args: argparse.Namespace, record: dict, results: dict) -> None:
+    """Log the options as parameters and each epoch's results with ``step=epoch``."""
+    from . import tracking
+
+    params = {k: v for k, v in vars(args).items() if v is not None}
+    with tracking.start_run("cli", f"{args.model} {record['run_id']}", params):
+        tracking.log_results(results)
+    print(f"[INFO] Logged to MLflow; browse with: {tracking.ui_command()}")
+
+
 def run(args: argparse.Namespace) -> dict[str, list[float]]:
-    """Train as ``args`` say and write the checkpoint, results and curves."""
+    """Train as ``args`` say and write the checkpoint, results and curves.
+
+    Raises UsageError before any data is prepared when the options cannot work,
+    TrainingInterrupted after saving the last completed epoch on Ctrl-C, and
+    ``engine.NonFiniteLossError`` (after writing ``results.json``) when the loss diverges.
+    """
     recipe = _resolve_recipe(args)
+    _check_combination(args, recipe)
     utils.set_seeds(args.seed)
+    model, img_size, channels = _fitting_model(args)
+    out = args.output_dir
+    _prepare_output_dir(out)
+    record = {
+        "run_id": f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}",
+        "status": "running",
+        "model": args.model,
+        "data": str(args.data_dir) if args.data_dir else args.dataset,
+    }
+    _write_results(out, record, {})
+    try:
+        return _train_and_save(args, recipe, model, img_size, channels, out, record)
+    except (engine.NonFiniteLossError, TrainingInterrupted):
+        raise  # results.json already says what happened
+    except KeyboardInterrupt:
+        _write_results(out, record | {"status": "interrupted"}, {})
+        raise
+    except Exception as error:
+        _write_results(out, record | {"status": "failed", "error": str(error)}, {})
+        raise
+
+
+def _train_and_save(
+    args: argparse.Namespace,
+    recipe: augment.CCTRecipe | None,
+    model: nn.Module,
+    img_size: int,
+    channels: int,
+    out: Path,
+    record: dict,
+) -> dict[str, list[float]]:
     device = utils.get_device()
-    default_size, channels = DATASETS[args.dataset]
-    img_size = args.img_size or default_size
     split_transforms = {}
     if recipe is not None and args.dataset == "cifar10":
         split_transforms = {
             "train_transform": recipe.train_transform(img_size),
             "test_transform": recipe.test_transform(img_size),
         }
-    train_dl, test_dl, class_names = make_dataloaders(
-        args.dataset,
-        img_size,
-        args.batch_size,
-        args.num_workers,
-        not args.no_fallback,
-        **split_transforms,
-    )
-    model = build_model(
-        args.model,
-        num_classes=len(class_names),
-        img_size=img_size,
-        in_channels=channels,
+    if _use_device_augment(args, recipe, device):
+        train_dl, test_dl, class_names = _device_loaders(args, recipe, img_size, device)
+    else:
+        train_dl, test_dl, class_names = make_dataloaders(
+            args.dataset,
+            img_size,
+            args.batch_size,
+            args.num_workers,
+            not args.no_fallback,
+            channels=channels,
+            data_dir=args.data_dir,
+            **split_transforms,
+        )
+    print(
+        f"[INFO] Data: {_data_label(args)}, {len(train_dl.dataset)} train and "
+        f"{len(test_dl.dataset)} test images of {len(class_names)} classes, given to "
+        f"{args.model} as {channels}x{img_size}x{img_size}."
     )
     steps_per_epoch = min(len(train_dl), args.max_steps or math.inf)
     scheduler, batch_transform = None, None
@@ -266,7 +653,9 @@ def run(args: argparse.Namespace) -> dict[str, list[float]]:
         print(f"[INFO] Recipe {recipe.name}: {recipe.source}")
     else:
         optimizer = torch.optim.AdamW(
-            param_groups_weight_decay(model, args.weight_decay), lr=args.lr
+            param_groups_weight_decay(model, args.weight_decay),
+            lr=args.lr,
+            fused=True if device.type == "cuda" else None,  # one kernel per step on GPU
         )
         loss_fn = nn.CrossEntropyLoss(label_smoothing=args.label_smoothing)
         if args.warmup_epochs > 0:
@@ -275,41 +664,103 @@ def run(args: argparse.Namespace) -> dict[str, list[float]]:
                 int(args.warmup_epochs * steps_per_epoch),
                 args.epochs * steps_per_epoch,
             )
-    results = engine.train(
-        model,
-        train_dl,
-        test_dl,
-        optimizer,
-        loss_fn,
-        args.epochs,
-        device,
-        scheduler=scheduler,
-        max_grad_norm=args.max_grad_norm,
-        amp=args.amp,
-        batch_transform=batch_transform,
-        max_steps_per_epoch=args.max_steps,
-        test_loss_fn=nn.CrossEntropyLoss(),
-        time_budget=None if args.time_budget is None else args.time_budget * 60,
-    )
-    out = args.output_dir
-    utils.save_model(
-        model,
-        out,
-        "model.pth",
-        class_names=class_names,
-        extra={"img_size": img_size, "dataset": args.dataset},
-    )
-    (out / "results.json").write_text(json.dumps(results, indent=2))
-    plot_loss_curves(results, title=f"{args.model} on {args.dataset}").savefig(
-        out / "loss_curves.png", dpi=100
-    )
+    keeper = _EpochKeeper(model)
+    extra = {"img_size": img_size, "dataset": record["data"]}
+    title = f"{args.model} on {record['data']}"
+    try:
+        results = engine.train(
+            _prepare_model(model, args, device),
+            train_dl,
+            test_dl,
+            optimizer,
+            loss_fn,
+            args.epochs,
+            device,
+            scheduler=scheduler,
+            max_grad_norm=args.max_grad_norm,
+            amp=args.amp,
+            batch_transform=batch_transform,
+            max_steps_per_epoch=args.max_steps,
+            test_loss_fn=nn.CrossEntropyLoss(),
+            time_budget=None if args.time_budget is None else args.time_budget * 60,
+            on_epoch_end=keeper,
+        )
+    except KeyboardInterrupt:
+        raise _save_interrupted(
+            out, model, keeper, record, class_names, extra, title
+        ) from None
+    except engine.NonFiniteLossError as error:
+        record = record | {"status": "failed", "error": str(error)}
+        with _SigintDeferred():
+            _write_results(
+                out, record | {"epochs_completed": keeper.epoch}, keeper.results
+            )
+        raise
+    record = record | {
+        "status": "complete",
+        "epochs_completed": len(results["test_acc"]),
+    }
+    _save_run(out, model, results, record, class_names, extra, title)
+    if getattr(args, "mlflow", False):
+        _log_to_mlflow(args, record, results)
     print(f"[INFO] Wrote model.pth, results.json and loss_curves.png to {out}")
     return results
 
 
+def _save_interrupted(
+    out: Path,
+    model: nn.Module,
+    keeper: _EpochKeeper,
+    record: dict,
+    class_names: list[str],
+    extra: dict,
+    title: str,
+) -> TrainingInterrupted:
+    """Save what the completed epochs trained; return the exception that reports it."""
+    record = record | {"status": "interrupted", "epochs_completed": keeper.epoch}
+    if keeper.state is None:
+        with _SigintDeferred():
+            _write_results(out, record, keeper.results)
+        return TrainingInterrupted(
+            f"Interrupted during epoch 1, before any epoch was complete: no checkpoint; "
+            f"{out / 'results.json'} marks the run as interrupted."
+        )
+    model.load_state_dict(keeper.state)
+    _save_run(out, model, keeper.results, record, class_names, extra, title)
+    return TrainingInterrupted(
+        f"Interrupted during epoch {keeper.epoch + 1}: saved epoch {keeper.epoch}'s "
+        f"checkpoint and the results so far (marked interrupted) to {out}/."
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> None:
-    """Entry point of ``python -m going_modular.train`` and the ``vit-train`` command."""
-    run(build_parser().parse_args(argv))
+    """Entry point of ``python -m going_modular.train`` and the ``vit-train`` command.
+
+    Exits with 2 on bad options, 1 when training fails (e.g. a NaN loss) and 130 on Ctrl-C,
+    each with a one-line message instead of a traceback.
+    """
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        run(args)
+    except UsageError as error:
+        parser.error(str(error))
+    except TrainingInterrupted as interrupted:
+        print(interrupted, file=sys.stderr)
+        raise SystemExit(130) from None
+    except KeyboardInterrupt:
+        print(
+            "Interrupted before training started; nothing was trained.", file=sys.stderr
+        )
+        raise SystemExit(130) from None
+    except (
+        engine.NonFiniteLossError,
+        DownloadError,
+        FileNotFoundError,
+        data_setup.ImageDecodeError,
+    ) as error:
+        print(f"error: {error}", file=sys.stderr)
+        raise SystemExit(1) from None
 
 
 if __name__ == "__main__":

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import pickle
 import random
 import tempfile
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +14,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from .download import remove_stale_temporaries, temporary_prefix
 from .models import build_model
 
 CHECKPOINT_FORMAT = 1
@@ -30,6 +33,21 @@ def get_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
+def umask() -> int:
+    """The process's umask (reading it means setting it, so it is set straight back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _non_finite_tensors(state_dict: dict[str, torch.Tensor]) -> list[str]:
+    return [
+        name
+        for name, tensor in state_dict.items()
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all())
+    ]
+
+
 def save_model(
     model: nn.Module,
     target_dir: str | Path,
@@ -41,26 +59,43 @@ def save_model(
     """Save ``model``'s weights and how to rebuild it to ``target_dir/model_name``.
 
     The file is written atomically (a temporary file renamed into place), so an interrupted
-    save never leaves a half-written checkpoint. ``model_name`` must end in ``.pt`` or ``.pth``.
+    save never leaves a half-written checkpoint; a temporary left by a killed process is
+    removed by the next save. The file gets the umask's permissions, like any new file.
+    Weights that are NaN or infinite are refused. ``model_name`` must end in ``.pt`` or
+    ``.pth``.
     """
     if not model_name.endswith((".pt", ".pth")):
         raise ValueError(
             f"model_name should end with '.pt' or '.pth', got {model_name!r}."
         )
+    state_dict = model.state_dict()
+    if bad := _non_finite_tensors(state_dict):
+        raise ValueError(
+            f"Refusing to save {model_name}: {len(bad)} weight tensor(s) hold NaN or "
+            f"infinite values (first: {bad[0]}). Training diverged; lower the learning "
+            "rate or check the data for NaN values, and train again."
+        )
     target_dir = Path(target_dir)
+    if target_dir.exists() and not target_dir.is_dir():
+        raise NotADirectoryError(
+            f"Cannot save into {target_dir}: it is a file, not a folder. Choose another "
+            "target_dir."
+        )
     target_dir.mkdir(parents=True, exist_ok=True)
+    remove_stale_temporaries(target_dir, model_name)
     path = target_dir / model_name
     checkpoint = {
         "format": CHECKPOINT_FORMAT,
-        "state_dict": model.state_dict(),
+        "state_dict": state_dict,
         "build_config": getattr(model, "build_config", None),
         "class_names": list(class_names) if class_names is not None else None,
         "extra": extra or {},
     }
-    fd, tmp = tempfile.mkstemp(prefix=f".{model_name}-", dir=target_dir)
+    fd, tmp = tempfile.mkstemp(prefix=temporary_prefix(model_name), dir=target_dir)
     os.close(fd)
     try:
         torch.save(checkpoint, tmp)
+        os.chmod(tmp, 0o666 & ~umask())
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
@@ -69,21 +104,108 @@ def save_model(
     return path
 
 
-def load_checkpoint(
-    path: str | Path, map_location: str | torch.device = "cpu"
-) -> dict[str, Any]:
-    """Read a checkpoint written by :func:`save_model` (safely: ``weights_only=True``)."""
+HOW_TO_LOAD_STATE_DICT = (
+    "Build the model with the arguments it was trained with and load the weights into "
+    "it: load_model(path, model), or model.load_state_dict(torch.load(path, "
+    "weights_only=True))."
+)
+
+
+def _unreadable(path: Path, error: Exception) -> ValueError:
+    """A ValueError that says what kind of bad file ``path`` is."""
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        head = f.read(4)
+    if size == 0:
+        what = (
+            "is empty (0 bytes): it was never completely written. Train again or "
+            "restore a copy"
+        )
+    elif head == b"PK\x03\x04" and not zipfile.is_zipfile(path):
+        what = (
+            f"is truncated ({size} bytes): it starts like a PyTorch file but its end is "
+            "missing, as after an interrupted copy or download. Copy or train it again"
+        )
+    elif "Weights only load failed" in str(error):
+        what = (
+            "holds Python objects besides tensors (e.g. a whole model saved with "
+            "torch.save(model)), which are not loaded for safety. If you trust its "
+            "source, load it with torch.load(path, weights_only=False) and save its "
+            "state_dict instead"
+        )
+    elif head == b"PK\x03\x04":
+        what = (
+            f"is a corrupt PyTorch file ({str(error).splitlines()[0]}). Copy it again"
+        )
+    else:
+        what = (
+            f"is not a PyTorch file (it starts with {head!r}). Check the path: a "
+            "checkpoint is written by going_modular.utils.save_model or torch.save"
+        )
+    return ValueError(f"Cannot load {path}: it {what}.")
+
+
+def _is_state_dict(obj: Any) -> bool:
+    return (
+        isinstance(obj, dict)
+        and bool(obj)
+        and all(isinstance(k, str) and torch.is_tensor(v) for k, v in obj.items())
+    )
+
+
+def _read(path: str | Path, map_location: str | torch.device) -> Any:
+    """``torch.load`` (weights only), with a clear error for a missing or broken file."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(
             f"No checkpoint at {path}. Check the path or train a model first."
         )
-    checkpoint = torch.load(path, map_location=map_location, weights_only=True)
-    if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
+    try:
+        return torch.load(path, map_location=map_location, weights_only=True)
+    except PermissionError:
+        raise
+    except (
+        OSError,  # e.g. EINVAL from PyTorch's zip reader on a cut-off file
+        RuntimeError,
+        EOFError,
+        IndexError,
+        KeyError,
+        ValueError,
+        pickle.UnpicklingError,
+    ) as error:
+        raise _unreadable(path, error) from error
+
+
+def _require_checkpoint(obj: Any, path: str | Path) -> dict[str, Any]:
+    if isinstance(obj, dict) and "state_dict" in obj:
+        return obj
+    if _is_state_dict(obj):
         raise ValueError(
-            f"{path} is not a checkpoint written by going_modular.utils.save_model."
+            f"{path} holds a plain state_dict ({len(obj)} tensors, e.g. "
+            f"{next(iter(obj))!r}), not a checkpoint written by "
+            f"going_modular.utils.save_model, so it does not say which model it fits. "
+            + HOW_TO_LOAD_STATE_DICT
         )
-    return checkpoint
+    kind = (
+        f"a dict with keys {sorted(map(str, obj))[:5]}"
+        if isinstance(obj, dict)
+        else (f"a {type(obj).__name__}")
+    )
+    raise ValueError(
+        f"{path} is not a checkpoint written by going_modular.utils.save_model: it holds "
+        f"{kind}."
+    )
+
+
+def load_checkpoint(
+    path: str | Path, map_location: str | torch.device = "cpu"
+) -> dict[str, Any]:
+    """Read a checkpoint written by :func:`save_model` (safely: ``weights_only=True``).
+
+    An empty, truncated, foreign or plain-``state_dict`` file raises a ValueError that says
+    which it is and what to do.
+    """
+    return _require_checkpoint(_read(path, map_location), path)
 
 
 def load_model(
@@ -91,9 +213,15 @@ def load_model(
 ) -> nn.Module:
     """Load a checkpoint into ``model``, or rebuild the model it records when ``model`` is None.
 
+    With ``model`` given, ``path`` may also hold a plain ``state_dict`` (``torch.save(
+    model.state_dict(), path)``).
+
     Raises a ValueError that lists the differences when the weights do not fit the model.
     """
-    checkpoint = load_checkpoint(path, map_location=device)
+    obj = _read(path, map_location=device)
+    if model is not None and _is_state_dict(obj):
+        obj = {"state_dict": obj}  # a plain state_dict, loaded into the given model
+    checkpoint = _require_checkpoint(obj, path)
     if model is None:
         config = checkpoint.get("build_config")
         if not config:

@@ -18,6 +18,9 @@ from nbclient import NotebookClient
 
 ROOT = Path(__file__).resolve().parents[1]
 ADDRESS = re.compile(r" at 0x[0-9a-fA-F]{6,}")
+# A glued NumPy scalar is stored as its repr, "np.float64(0.5)", which myst-nb cannot format
+# with a format spec; keep the number alone, as float() or int() of it would give.
+NUMPY_SCALAR = re.compile(r"^np\.(?:float|int|uint|bool_)\w*\((.*)\)$", re.S)
 
 
 def _collapse_carriage_returns(text: str) -> str:
@@ -63,6 +66,9 @@ def clean(nb: nbformat.NotebookNode) -> None:
                     continue
             elif "data" in out and "text/plain" in out.data:
                 out.data["text/plain"] = clean_text(out.data["text/plain"])
+            for key, value in out.get("data", {}).items():
+                if key.endswith("text/plain") and isinstance(value, str):
+                    out.data[key] = NUMPY_SCALAR.sub(r"\1", value)
             kept.append(out)
         cell.outputs = kept
 

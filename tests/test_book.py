@@ -87,3 +87,68 @@ def test_requirements_do_not_pin_torch():
         ">=" in line and "==" not in line for line in torch_lines
     )
     assert any(re.match(r"jupyter-book>=1\.0\.4.*,<2", line) for line in lines)
+
+
+EXERCISE = re.compile(r"^```\{exercise\}[^\n]*\n:label: (\S+)", re.M)
+SOLUTION_START = re.compile(
+    r"^```\{solution-start\} (\S+)\n((?::\w+:[^\n]*\n)*)```", re.M
+)
+SOLUTION_END = re.compile(r"^```\{solution-end\}\s*\n```", re.M)
+
+
+def _solutions(cells: list[dict]) -> dict[str, dict]:
+    """Each gated solution's label -> its options and the cells between start and end."""
+    found, current = {}, None
+    for cell in cells:
+        text = _source(cell)
+        if cell["cell_type"] == "markdown" and (start := SOLUTION_START.search(text)):
+            assert current is None, f"solution {start.group(1)} opens inside {current}"
+            current = start.group(1)
+            found[current] = {"options": start.group(2), "cells": []}
+        elif cell["cell_type"] == "markdown" and SOLUTION_END.search(text):
+            assert current is not None, "a solution-end without its solution-start"
+            current = None
+        elif current is not None:
+            found[current]["cells"].append(cell)
+    assert current is None, f"solution {current} is never closed by solution-end"
+    return found
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_every_exercise_has_a_gated_solution_that_asserts(path):
+    cells = _cells(path)
+    markdown = "\n".join(_source(c) for c in cells if c["cell_type"] == "markdown")
+    exercises = EXERCISE.findall(markdown)
+    solutions = _solutions(cells)
+    assert exercises, "the Exercises section holds {exercise} directives"
+    assert not re.search(r"^#+ Solution", markdown, re.M), (
+        "solutions are {solution-start} ... {solution-end} blocks, not headings"
+    )
+    assert "```{solution}" not in markdown, "solutions are gated (solution-start/end)"
+    assert sorted(solutions) == sorted(exercises), "one solution per exercise label"
+    for label, solution in solutions.items():
+        assert ":class: dropdown" in solution["options"], f"{label}: folded (dropdown)"
+        code = [_source(c) for c in solution["cells"] if c["cell_type"] == "code"]
+        assert any(re.search(r"^\s*assert ", s, re.M) for s in code), (
+            f"{label}: the solution's code asserts its answer"
+        )
+
+
+def test_exercise_labels_are_unique_across_the_book():
+    labels = [
+        label
+        for path in NOTEBOOKS
+        for c in _cells(path)
+        if c["cell_type"] == "markdown"
+        for label in EXERCISE.findall(_source(c))
+    ]
+    assert len(labels) == len(set(labels)), sorted(labels)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_no_test_markers_in_code(path):
+    for cell in _cells(path):
+        if cell["cell_type"] == "code":
+            assert not re.search(r"#\s*NBVAL", _source(cell), re.I), (
+                f"{path.name}: nbval markers are cell tags, not comments"
+            )

@@ -349,3 +349,26 @@ def test_macs_cct_7_3x1() -> None:
     assert macs["attention"] == 7 * 2 * 256**3 + 256 * 256
     assert macs["total"] == pytest.approx(1.18e9, rel=0.005)  # the paper: 1.19G
     assert macs["other"] == 0
+
+
+@pytest.mark.parametrize("positional_embedding", ["sine", "learnable"])
+def test_text_model_avoids_the_reference_bugs(positional_embedding: str) -> None:
+    """The package's answers to chapter 11's bug hunt: mask shape, table rows, word width."""
+    model = text_cct_2(
+        vocab_size=50,
+        num_classes=3,
+        seq_len=24,
+        word_embedding_dim=100,
+        positional_embedding=positional_embedding,
+    )
+    n_tokens = model.tokenizer.sequence_length(24)
+    assert model.classifier.positional_emb.shape == (
+        1,
+        n_tokens,
+        128,
+    )  # N rows, not N+1
+    assert model.tokenizer.conv_layers[0].in_channels == 100
+    ids, mask = _padded_batch([24, 6], 24, 50)
+    _, token_mask = model.tokenizer(model.embedding(ids), mask)
+    assert token_mask.shape == (2, n_tokens) and token_mask.dtype == torch.bool
+    assert model(ids, mask).shape == (2, 3)

@@ -158,3 +158,50 @@ def test_digit_splits_are_disjoint():
     assert (
         np.unique(np.concatenate([train_images, test_images]), axis=0).shape[0] > 1780
     )
+
+
+def _image_folder(root, layout):
+    """Write small real-looking PNGs: ``layout`` maps a relative folder to an image count."""
+    rng = np.random.default_rng(0)
+    for folder, count in layout.items():
+        (root / folder).mkdir(parents=True, exist_ok=True)
+        for i in range(count):
+            pixels = rng.integers(0, 256, (8, 8, 3), dtype=np.uint8)
+            Image.fromarray(pixels).save(root / folder / f"img{i}.png")
+
+
+def test_hidden_folders_and_files_are_never_classes_or_samples(tmp_path):
+    _image_folder(
+        tmp_path,
+        {
+            "train/.ipynb_checkpoints": 1,  # would sort first and become class 0
+            "train/pizza": 2,
+            "train/pizza/.ipynb_checkpoints": 1,
+            "train/sushi": 3,
+            "test/pizza": 1,
+            "test/sushi": 1,
+        },
+    )
+    Image.new("RGB", (8, 8)).save(tmp_path / "train" / "sushi" / "._img0.png")
+    train_dl, test_dl, classes = data_setup.create_dataloaders(
+        tmp_path / "train", tmp_path / "test", TO_TENSOR, 2, num_workers=0
+    )
+    assert classes == ["pizza", "sushi"] == test_dl.dataset.classes
+    assert sorted(t for _, t in train_dl.dataset.samples) == [0, 0, 1, 1, 1]
+    assert [t for _, t in test_dl.dataset.samples] == [0, 1]
+    assert not any("/." in path for path, _ in train_dl.dataset.samples)
+
+
+def test_walk_through_dir_skips_hidden_folders(tmp_path, capsys):
+    _image_folder(tmp_path, {"pizza": 2, ".ipynb_checkpoints": 1})
+    data_setup.walk_through_dir(tmp_path)
+    out = capsys.readouterr().out
+    assert "There are 1 directories and 0 images" in out
+    assert "checkpoints" not in out
+
+
+def test_negative_workers(texture_photos):
+    with pytest.raises(ValueError, match="num_workers must be 0 or more, got -1"):
+        data_setup.create_dataloaders(
+            texture_photos / "train", texture_photos / "test", TO_TENSOR, 8, -1
+        )

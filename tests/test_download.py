@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import io
+import subprocess
+import sys
 import threading
 import zipfile
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -21,8 +23,18 @@ def _zip(members: dict[str, bytes]) -> bytes:
     return buffer.getvalue()
 
 
+def _corrupt_member() -> bytes:
+    """A zip whose directory is fine but whose member's stored bytes were altered."""
+    data = bytearray(_zip({"a.txt": b"pizza " * 100}))
+    start = data.index(b"pizza")
+    data[start : start + 5] = b"PIZZA"
+    return bytes(data)
+
+
 GOOD = _zip({"train/pizza/a.txt": b"pizza", "test/sushi/b.txt": b"sushi"})
 EVIL = _zip({"ok.txt": b"fine", "../escaped.txt": b"gotcha"})
+BAD_CRC = _corrupt_member()
+HTML = b"<!DOCTYPE html><html><body>Sign in to download</body></html>"
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -33,6 +45,17 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(EVIL)
         elif self.path == "/notzip.zip":
             self._send(b"this is not a zip archive")
+        elif self.path == "/page.zip":
+            self._send(HTML)
+        elif self.path == "/badcrc.zip":
+            self._send(BAD_CRC)
+        elif self.path == "/chunked-cut.zip":  # no Content-Length: only IncompleteRead
+            self.send_response(200)
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            self.wfile.write(b"%x\r\n" % len(GOOD) + GOOD[:10])
+            self.wfile.flush()
+            self.close_connection = True
         elif self.path == "/interrupted.zip":
             self.send_response(200)
             self.send_header("Content-Length", str(len(GOOD)))
@@ -106,6 +129,9 @@ def test_keep_source_zip(server, online, tmp_path):
         ("/evil.zip", None, "outside"),
         ("/interrupted.zip", None, "interrupted|network error"),
         ("/notzip.zip", None, "not a valid zip"),
+        ("/page.zip", None, r"a web page \(HTML\), not a zip archive.*direct link"),
+        ("/badcrc.zip", None, r"the zip archive is corrupt \(Bad CRC-32"),
+        ("/chunked-cut.zip", None, r"broke off mid-transfer \(IncompleteRead\)"),
     ],
 )
 def test_failures_leave_nothing_behind(server, online, tmp_path, path, sha256, message):
@@ -126,3 +152,60 @@ def test_offline_refuses_before_touching_the_network(server, tmp_path):
     with pytest.raises(DownloadError, match="BOOK_OFFLINE=1"):
         download_data(f"{server}/good.zip", "food", data_dir=tmp_path)
     assert _leftovers(tmp_path) == []
+
+
+def test_existing_folder_is_still_checked_against_a_given_sha256(
+    server, online, tmp_path
+):
+    url, right = f"{server}/good.zip", hashlib.sha256(GOOD).hexdigest()
+    download_data(url, "food", data_dir=tmp_path)
+    assert download_data(url, "food", sha256=right, data_dir=tmp_path).is_dir()
+    with pytest.raises(DownloadError, match=f"came from a file with SHA-256 {right}"):
+        download_data(url, "food", sha256="ab" * 32, data_dir=tmp_path)
+    (tmp_path / "own" / "x").mkdir(parents=True)  # made by hand: nothing recorded
+    with pytest.raises(
+        DownloadError, match="no SHA-256 was recorded.*Delete the folder"
+    ):
+        download_data(url, "own", sha256=right, data_dir=tmp_path)
+
+
+def test_filesystem_errors_are_download_errors(server, online, tmp_path):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a folder")
+    with pytest.raises(DownloadError) as info:
+        download_data(f"{server}/good.zip", "food", data_dir=blocker / "data")
+    message = str(info.value)
+    assert f"{server}/good.zip" in message and "could not write to" in message
+    assert "data_dir=" in message
+
+
+def test_temporaries_of_a_killed_download_are_removed(tmp_path):
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    dead = tmp_path / f".food-{int(gone.stdout)}-abcd1234"
+    old_style = tmp_path / ".food-x1y2z3_w"
+    other = tmp_path / ".food-extra-1-abcd1234"  # another destination's name
+    for folder in (dead, old_style, other):
+        (folder / "contents").mkdir(parents=True)
+    (tmp_path / "food" / "train").mkdir(parents=True)
+    download_data("http://127.0.0.1:9/food.zip", "food", data_dir=tmp_path)
+    assert _leftovers(tmp_path) == [other.name, "food"]
+
+
+@pytest.mark.parametrize(
+    ("source", "destination", "message"),
+    [
+        ("", "food", "this is not a URL"),
+        ("ftp2://host/x.zip", "food", "this is not a URL"),
+        ("http://127.0.0.1:9/x.zip", "../outside", "not a plain folder name"),
+        ("http://127.0.0.1:9/x.zip", "", "not a plain folder name"),
+    ],
+)
+def test_bad_url_or_destination(online, tmp_path, source, destination, message):
+    with pytest.raises(DownloadError, match=message):
+        download_data(source, destination, data_dir=tmp_path / "data")
+    assert not (tmp_path / "outside").exists()

@@ -163,3 +163,137 @@ def test_empty_dataloader_is_explained():
         engine.test_step(
             nn.Linear(1, 2), [], nn.CrossEntropyLoss(), "cpu", progress=False
         )
+
+
+def _linear_problem(x, y, batch_size=4):
+    return DataLoader(TensorDataset(x, y), batch_size=batch_size)
+
+
+def test_nan_pixel_stops_at_its_step_and_leaves_the_weights_finite():
+    x = torch.randn(12, 3)
+    x[9, 1] = float("nan")  # in the third batch of four
+    loader = _linear_problem(x, torch.zeros(12, dtype=torch.long))
+    model = nn.Linear(3, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(engine.NonFiniteLossError) as info:
+        engine.train(
+            model,
+            loader,
+            loader,
+            optimizer,
+            nn.CrossEntropyLoss(),
+            2,
+            "cpu",
+            progress=False,
+        )
+    message = str(info.value)
+    assert "epoch 1, step 3" in message
+    assert "1 NaN/infinite value(s) in this batch's inputs" in message
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+
+
+def test_huge_learning_rate_is_named_as_the_likely_cause():
+    loader = _toy_problem()
+    model = nn.Sequential(nn.Flatten(), nn.Linear(192, 2))
+    optimizer = torch.optim.SGD(model.parameters(), lr=float("inf"))
+    with pytest.raises(engine.NonFiniteLossError, match="epoch 1, step 2") as info:
+        engine.train(
+            model,
+            loader,
+            loader,
+            optimizer,
+            nn.CrossEntropyLoss(),
+            1,
+            "cpu",
+            progress=False,
+        )
+    assert "learning rate too high (now inf)" in str(info.value)
+    assert "inputs of this batch are finite" in str(info.value)
+
+
+def test_non_finite_test_loss_is_an_error_not_a_result():
+    train_dl = _linear_problem(torch.randn(8, 3), torch.zeros(8, dtype=torch.long))
+    x = torch.randn(8, 3)
+    x[0, 0] = float("inf")
+    test_dl = _linear_problem(x, torch.zeros(8, dtype=torch.long))
+    model = nn.Linear(3, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(
+        engine.NonFiniteLossError, match="test loss is nan after epoch 1"
+    ):
+        engine.train(
+            model,
+            train_dl,
+            test_dl,
+            optimizer,
+            nn.CrossEntropyLoss(),
+            1,
+            "cpu",
+            progress=False,
+        )
+
+
+def _counting_model():
+    model = nn.Sequential(nn.Flatten(), nn.Linear(192, 2))
+    calls = []
+    model.register_forward_hook(lambda *args: calls.append(1))
+    return model, calls
+
+
+def test_empty_test_loader_is_refused_before_training():
+    model, calls = _counting_model()
+    empty = DataLoader(TensorDataset(torch.empty(0, 3, 8, 8), torch.empty(0)))
+    with pytest.raises(ValueError, match="test dataloader has no batches"):
+        engine.train(
+            model,
+            _toy_problem(),
+            empty,
+            torch.optim.SGD(model.parameters(), lr=0.1),
+            nn.CrossEntropyLoss(),
+            1,
+            "cpu",
+            progress=False,
+        )
+    assert calls == []  # not a single training step ran
+
+
+def test_drop_last_leaving_no_batch_says_so():
+    model, calls = _counting_model()
+    x, y = torch.randn(5, 3, 8, 8), torch.zeros(5, dtype=torch.long)
+    loader = DataLoader(TensorDataset(x, y), batch_size=8, drop_last=True)
+    with pytest.raises(ValueError) as info:
+        engine.train(
+            model,
+            loader,
+            _toy_problem(),
+            torch.optim.SGD(model.parameters(), lr=0.1),
+            nn.CrossEntropyLoss(),
+            1,
+            "cpu",
+            progress=False,
+        )
+    message = str(info.value)
+    assert "training dataloader has 0 batches" in message
+    assert "5 samples are fewer than batch_size=8 and drop_last=True" in message
+    assert "empty" not in message
+    assert calls == []
+
+
+def test_on_epoch_end_sees_every_completed_epoch():
+    loader = _toy_problem()
+    model = nn.Sequential(nn.Flatten(), nn.Linear(192, 2))
+    seen = []
+    engine.train(
+        model,
+        loader,
+        loader,
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        nn.CrossEntropyLoss(),
+        3,
+        "cpu",
+        progress=False,
+        on_epoch_end=lambda epoch, results: seen.append(
+            (epoch, len(results["test_acc"]))
+        ),
+    )
+    assert seen == [(1, 1), (2, 2), (3, 3)]

@@ -102,3 +102,16 @@ def test_tensor_to_image_undoes_per_channel_normalisation():
     assert torch.allclose(
         torch.from_numpy(image[..., 0]), torch.from_numpy(image[..., 2]), atol=1e-5
     )
+
+
+def test_prediction_on_a_missing_file_says_so(tmp_path):
+    with pytest.raises(FileNotFoundError, match="No image file at .*missing.jpg"):
+        predictions.pred_and_plot_image(
+            _AlwaysSecond(), tmp_path / "missing.jpg", ["a", "b", "c"]
+        )
+
+
+def test_class_names_that_do_not_match_the_model(texture_photos):
+    image = next((texture_photos / "test" / "grass").glob("*.jpg"))
+    with pytest.raises(ValueError, match="3 class scores but 2 class names"):
+        predictions.pred_and_plot_image(_AlwaysSecond(), image, ["a", "b"], (32, 32))

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import random
+import stat
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -66,3 +70,82 @@ def test_unknown_model_name():
 
 def test_get_device():
     assert utils.get_device().type in {"cpu", "cuda"}
+
+
+def _tiny():
+    return build_model("tinyvgg", num_classes=3, img_size=8)
+
+
+def test_broken_checkpoint_files_say_what_they_are(tmp_path):
+    good = utils.save_model(_tiny(), tmp_path, "good.pth").read_bytes()
+    cases = {
+        "empty.pth": (b"", "is empty \\(0 bytes\\)"),
+        "cut.pth": (good[: len(good) // 2], "is truncated"),
+        "notes.pth": (b"these are my notes, not weights", "is not a PyTorch file"),
+    }
+    for name, (content, message) in cases.items():
+        (tmp_path / name).write_bytes(content)
+        with pytest.raises(ValueError, match=f"Cannot load .*{name}: it {message}"):
+            utils.load_checkpoint(tmp_path / name)
+    torch.save(torch.nn.Linear(1, 1), tmp_path / "pickled.pth")
+    with pytest.raises(ValueError, match="holds Python objects besides tensors"):
+        utils.load_model(tmp_path / "pickled.pth")
+
+
+def test_plain_state_dict_is_explained_and_loads_into_a_given_model(tmp_path):
+    source = _tiny().eval()
+    torch.save(source.state_dict(), tmp_path / "plain.pth")
+    with pytest.raises(ValueError) as info:
+        utils.load_model(tmp_path / "plain.pth")
+    assert "holds a plain state_dict" in str(info.value)
+    assert "load_model(path, model)" in str(info.value)
+    loaded = utils.load_model(tmp_path / "plain.pth", _tiny()).eval()
+    x = torch.randn(2, 3, 8, 8)
+    assert torch.equal(source(x), loaded(x))
+
+
+def test_checkpoints_get_the_umask_permissions(tmp_path):
+    previous = os.umask(0o027)
+    try:
+        path = utils.save_model(_tiny(), tmp_path, "m.pth")
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o640
+
+
+def _dead_pid() -> int:
+    done = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return int(done.stdout)
+
+
+def test_temporaries_of_an_interrupted_save_are_removed_next_time(tmp_path):
+    dead = tmp_path / f".model.pth-{_dead_pid()}-abcd1234"
+    old_style = tmp_path / ".model.pth-k2j3h4_x"
+    ours = tmp_path / f".model.pth-{os.getpid()}-zzzz9999"  # a save in progress
+    unrelated = tmp_path / ".model.pth-notes.txt"
+    for path in (dead, old_style, ours, unrelated):
+        path.write_bytes(b"partial")
+    utils.save_model(_tiny(), tmp_path, "model.pth")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [ours.name, unrelated.name, "model.pth"]
+    )
+
+
+def test_non_finite_weights_are_never_saved(tmp_path):
+    model = _tiny()
+    with torch.no_grad():
+        next(model.parameters())[0].fill_(float("nan"))
+    with pytest.raises(ValueError, match="Refusing to save m.pth: 1 weight tensor"):
+        utils.save_model(model, tmp_path, "m.pth")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_saving_into_a_file_says_so(tmp_path):
+    (tmp_path / "taken").write_text("notes")
+    with pytest.raises(NotADirectoryError, match="it is a file, not a folder"):
+        utils.save_model(_tiny(), tmp_path / "taken", "m.pth")

@@ -5,6 +5,7 @@ from . import (
     pretrained,  # noqa: F401  (registers its factory)
     tinyvgg,  # noqa: F401  (registers its factory)
     vit,  # noqa: F401  (registers its factories)
+    vitbn,  # noqa: F401  (registers its factories)
 )
 from .registry import build_model, list_models, register_model
 

@@ -15,8 +15,11 @@ Names follow the paper: ``cct_7_3x1`` has 7 encoder layers and 1 convolution wit
 ``vit_lite_7_4`` and ``cvt_7_4`` have 7 layers and 4x4 patches. Layer sizes, initialisation and
 the encoder layer's wiring follow the authors' reference code (SHI-Labs/Compact-Transformers), so
 parameter counts match it, and so do the ``state_dict`` key names of the image models. Unlike
-the reference, ``positional_embedding="sine"`` is a fixed buffer (never a parameter), ``"none"``
-works, and the text models take padding masks.
+the reference, ``positional_embedding="sine"`` is a fixed buffer (never a parameter) and reaches
+the model from every factory, ``"none"`` works, and the text models' padding masks work: the
+reference's text models take masks too, but its tokenizer returns them in a shape its attention
+rejects, its SeqPool ignores them, and its text position tables have one row too many (chapter 11
+shows each of these).
 """
 
 from __future__ import annotations

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
@@ -52,3 +53,56 @@ def count_macs(
         macs[_kind(op.__name__ if hasattr(op, "__name__") else str(op))] += flops // 2
     macs["total"] = sum(macs.values())
     return macs
+
+
+def _layer_norm_flops(
+    input_shape: Sequence[int],
+    normalized_shape: Sequence[int],
+    weight: Sequence[int] | None = None,
+    *args: object,
+    **kwargs: object,
+) -> int:
+    """fvcore's rough LayerNorm estimate: 5 flops per element with an affine map, else 4."""
+    return math.prod(input_shape) * (5 if weight is not None else 4)
+
+
+def fvcore_flops(
+    model: nn.Module, inputs: torch.Tensor | Sequence[int]
+) -> dict[str, int]:
+    """FLOPs of one forward pass in fvcore's convention, per module, from ``FlopCounterMode``.
+
+    fvcore (``FlopCountAnalysis``, the tool behind many README FLOP tables) counts one
+    multiply-add as one flop, includes batched matmuls (self-attention's ``QK^T`` and
+    ``AV``), and estimates LayerNorm at 5 flops per element (4 without an affine map);
+    element-wise work (softmax, GELU, additions) is not counted. PyTorch's counter counts
+    two flops per multiply-add and no LayerNorm, so this halves its matmul and convolution
+    counts and adds LayerNorm with fvcore's rule. Other norms and poolings, which fvcore
+    also estimates, are not counted. The model runs as in :func:`count_macs` (eval mode,
+    ``F.scaled_dot_product_attention`` on its counted math backend).
+
+    Returns ``{"": total, "patch_embedding": ..., "encoder.0": ..., ...}``: every module
+    that did any counted work, keyed by its name in ``model.named_modules()``.
+    """
+    param = next(model.parameters(), None)
+    device = param.device if param is not None else torch.device("cpu")
+    if not isinstance(inputs, torch.Tensor):
+        inputs = torch.zeros(tuple(inputs), device=device)
+    layer_norm = torch.ops.aten.native_layer_norm
+    counter = FlopCounterMode(
+        display=False, custom_mapping={layer_norm: _layer_norm_flops}
+    )
+    was_training = model.training
+    model.eval()
+    try:
+        with sdpa_kernel(SDPBackend.MATH), counter:
+            model(inputs)
+    finally:
+        model.train(was_training)
+    root = type(model).__name__
+    flops = {}
+    for name, ops in counter.get_flop_counts().items():
+        if name != root and not name.startswith(root + "."):
+            continue  # "Global" repeats the root's counts
+        total = sum(f if op is layer_norm else f // 2 for op, f in ops.items())
+        flops[name[len(root) + 1 :]] = total
+    return flops

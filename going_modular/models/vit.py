@@ -497,3 +497,29 @@ def vit_tiny(
         num_heads=3,
     )
     return _build(config, num_classes, img_size, in_channels, overrides)
+
+
+@register_model("vit_cifar_p2")
+def vit_cifar_p2(
+    num_classes: int = 10,
+    img_size: int = 32,
+    in_channels: int = 3,
+    patch_size: int = 2,
+    **overrides: Any,
+) -> ViT:
+    """The 2.7M-parameter CIFAR-10 ViT of jordandeklerk/vit's FLOP table (chapter 13).
+
+    Patch 2 on 32x32 images (256 patches + 1 class token), D=192, 9 layers, 12 heads of 16,
+    MLP ratio 2 (384), qkv bias, no dropout: 2,725,632 parameters without the head.
+    ``patch_size`` changes only the tokenizer, e.g. ``patch_size=4`` for 64 patches.
+    """
+    config = dict(
+        patch_size=patch_size,
+        num_transformer_layers=9,
+        embedding_dim=192,
+        mlp_size=384,
+        num_heads=12,
+        mlp_dropout=0.0,
+        embedding_dropout=0.0,
+    )
+    return _build(config, num_classes, img_size, in_channels, overrides)

@@ -1,0 +1,145 @@
+"""Seconds of training to reach 85% and 90% Fashion-MNIST test accuracy, fp32 against bf16.
+
+The CCT paper's speed anchor is 80% CIFAR-10 in under 30 minutes on a 12-core desktop CPU
+(Hassani et al. 2021). This benchmark asks the same question of this machine, on the book's
+offline data: Fashion-MNIST padded to 32x32, one grey channel, held in memory as tensors.
+
+For each model (CCT-2/3x2, ViT-Lite-2/4, TinyVGG) and each precision (float32, bfloat16
+autocast) it trains one seed with one recipe (AdamW, lr 2e-3, weight decay 0.05 on matrices,
+label smoothing 0.1, linear warmup over 5% of the steps then cosine to zero over ``--epochs``
+epochs, batches of 128, random horizontal flips) and tests on the 10,000 test images every
+``--evals-per-epoch`` of an epoch. The clock counts training only (the test passes are paused
+out, and always run in float32, so both precisions are judged alike). A run stops once it
+reaches 90%, or at the end of its schedule.
+
+    python benchmarks/time_to_accuracy.py                 # all models, fp32 and bf16 (~15 min)
+    python benchmarks/time_to_accuracy.py --models cct_2_3x2 --precisions bf16
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+from torch import nn
+
+from going_modular import engine
+from going_modular.augment import random_flip_batch
+from going_modular.datasets import fashion_mnist_tensors
+from going_modular.experiments import tensor_loaders
+from going_modular.models import build_model
+from going_modular.optim import param_groups_weight_decay, warmup_cosine_schedule
+from going_modular.utils import set_seeds
+
+MODELS = {"cct_2_3x2": {}, "vit_lite_2_4": {}, "tinyvgg": {"hidden_units": 32}}
+THRESHOLDS = (0.85, 0.90)
+
+
+def time_to_accuracy(
+    name: str,
+    amp: bool,
+    data: tuple,
+    *,
+    epochs: int,
+    evals_per_epoch: int,
+    seed: int = 0,
+    batch_size: int = 128,
+    lr: float = 2e-3,
+) -> dict:
+    """Train ``name`` and return its test-accuracy curve against training seconds."""
+    (x, y), test = data
+    set_seeds(seed)
+    model = build_model(
+        name, num_classes=10, img_size=32, in_channels=1, **MODELS[name]
+    )
+    train_loader, test_loader = tensor_loaders((x, y), test, batch_size, seed=seed)
+    total = epochs * len(train_loader)
+    optimizer = torch.optim.AdamW(param_groups_weight_decay(model, 0.05), lr=lr)
+    scheduler = warmup_cosine_schedule(optimizer, total // 20, total)
+    loss_fn = nn.CrossEntropyLoss(label_smoothing=0.1)
+    chunk = -(-len(train_loader) // evals_per_epoch)
+    seconds, curve, steps = 0.0, [], 0
+    while steps < total:
+        start = time.perf_counter()
+        engine.train_step(
+            model,
+            train_loader,
+            loss_fn,
+            optimizer,
+            "cpu",
+            scheduler=scheduler,
+            amp=amp,
+            batch_transform=random_flip_batch,
+            max_steps=min(chunk, total - steps),
+            progress=False,
+        )
+        seconds += time.perf_counter() - start
+        steps = scheduler.last_epoch
+        _, acc = engine.test_step(
+            model, test_loader, nn.CrossEntropyLoss(), "cpu", progress=False
+        )
+        curve.append((seconds, steps / len(train_loader), acc))
+        print(
+            f"  {name:>12} {'bf16' if amp else 'fp32'}: epoch {curve[-1][1]:.2f}, "
+            f"{seconds:6.1f} s, test accuracy {acc:.4f}",
+            flush=True,
+        )
+        if acc >= max(THRESHOLDS):
+            break
+    return {"curve": curve, "images_per_s": steps * batch_size / seconds}
+
+
+def first_time(curve: list[tuple[float, float, float]], threshold: float) -> str:
+    """Seconds (and epochs) at the first test at or above ``threshold``, or 'not reached'."""
+    for seconds, epoch, acc in curve:
+        if acc >= threshold:
+            return f"{seconds:6.0f} s ({epoch:.2f} ep)"
+    return f"not reached (best {max(a for *_, a in curve):.1%})"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
+    parser.add_argument(
+        "--precisions", nargs="+", default=["fp32", "bf16"], choices=["fp32", "bf16"]
+    )
+    parser.add_argument("--epochs", type=int, default=4, help="schedule length")
+    parser.add_argument("--evals-per-epoch", type=int, default=4)
+    parser.add_argument("--threads", type=int, default=None)
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    data = (
+        fashion_mnist_tensors(True, pad_to_32=True),
+        fashion_mnist_tensors(False, pad_to_32=True),
+    )
+    print(
+        f"Fashion-MNIST 32x32 grey, {len(data[0][1]):,} train / {len(data[1][1]):,} test "
+        f"images; {torch.get_num_threads()} threads; {args.epochs}-epoch schedules"
+    )
+    rows = []
+    for name in args.models:
+        for precision in args.precisions:
+            run = time_to_accuracy(
+                name,
+                precision == "bf16",
+                data,
+                epochs=args.epochs,
+                evals_per_epoch=args.evals_per_epoch,
+            )
+            rows.append((name, precision, run))
+    print(f"\n{'model':>12} {'prec':>5} {'img/s':>6} {'to 85%':>22} {'to 90%':>22}")
+    for name, precision, run in rows:
+        print(
+            f"{name:>12} {precision:>5} {run['images_per_s']:6.0f} "
+            + " ".join(f"{first_time(run['curve'], t):>22}" for t in THRESHOLDS)
+        )
+    for name in args.models:
+        speeds = {p: r["images_per_s"] for n, p, r in rows if n == name}
+        if len(speeds) == 2:
+            print(f"{name}: bf16 trains {speeds['bf16'] / speeds['fp32']:.2f}x as fast")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,277 @@
+"""The rendered book as a reader meets it, in headless Chromium, with no network.
+
+Every page of `_toc.yml` is opened from `_build/html` on disk (file://, every http(s)
+request aborted) at 1400 px and at 400 px width, and checked for: typeset math (MathJax
+output present, no raw TeX left), every exercise with a solution that stays folded
+until its title is clicked, no horizontal overflow outside scrollable boxes (nor
+content starting left of one), 88-column code without a scroll bar and no test markers
+in it, figures not shrunk below 65% (so 10 pt text stays >= 9 px), every image loaded,
+one search box, launch buttons, and no console errors. Screenshots of each page (top at
+1400 and 400 px, exercises with solutions open) go to `_build/screenshots/`.
+
+The book is built first (`make test` runs `make book`; this module builds it if it is
+missing). Set BOOK_HTML to test another build. Chromium comes from Debian's `chromium`
+package, driven by Playwright without a browser download; without it the test skips,
+except under CI=true, where it fails.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+HTML = Path(os.environ.get("BOOK_HTML", ROOT / "_build" / "html"))
+SCREENSHOTS = HTML.parent / "screenshots"
+TOC = yaml.safe_load((ROOT / "_toc.yml").read_text())
+PAGES = [TOC["root"]] + [c["file"] for p in TOC["parts"] for c in p["chapters"]]
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+CODE_COLUMNS = 88
+MIN_FIGURE_SCALE = 0.65  # 10 pt at 100 dpi is 13.9 px: shown at >= 65%, >= 9 px
+
+
+def _chromium() -> str | None:
+    return os.environ.get("CHROMIUM") or shutil.which("chromium")
+
+
+def _missing(reason: str):
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"{reason} (required under CI=true)")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    executable = _chromium()
+    if executable is None:
+        _missing("chromium is not installed: apt-get install chromium")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        _missing(
+            "the playwright package is not installed: pip install -r requirements.txt"
+        )
+    if not (HTML / "book" / "intro.html").exists():
+        if "BOOK_HTML" in os.environ:
+            pytest.fail(f"BOOK_HTML={HTML} holds no built book")
+        jb = Path(sys.executable).with_name("jupyter-book")
+        subprocess.run(
+            [str(jb), "build", str(ROOT), "--warningiserror", "--keep-going"],
+            check=True,
+        )
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    profile = tmp_path_factory.mktemp("chromium-profile")
+    with sync_playwright() as p:
+        context = p.chromium.launch_persistent_context(
+            str(profile),
+            executable_path=executable,
+            args=CHROMIUM_FLAGS,
+            headless=True,
+            viewport={"width": 1400, "height": 1000},
+        )
+        # Offline: the book must need nothing from the network.
+        context.route("http://**/*", lambda route: route.abort())
+        context.route("https://**/*", lambda route: route.abort())
+        yield context
+        context.close()
+
+
+# Runs in the page; returns lists of problems (strings) found at the current width.
+PAGE_CHECKS = r"""
+(wide) => {
+  const problems = {math: [], overflow: [], code: [], figures: [], images: [], solutions: []};
+  const visible = e => {
+    const s = getComputedStyle(e), r = e.getBoundingClientRect();
+    return s.visibility === 'visible' && s.display !== 'none' && parseFloat(s.opacity) > 0
+      && r.width * r.height > 0;
+  };
+  const where = e => {
+    const sec = e.closest('section[id]');
+    return (sec ? '#' + sec.id : '') + ' <' + e.tagName.toLowerCase()
+      + (e.className && typeof e.className === 'string' ? '.' + e.className.split(' ')[0] : '')
+      + '> "' + (e.textContent || '').trim().slice(0, 50).replace(/\s+/g, ' ') + '"';
+  };
+  // Math: MathJax output present where there is math, no raw TeX delimiters left.
+  const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  for (let n = walker.nextNode(); n; n = walker.nextNode()) {
+    const p = n.parentElement;
+    if (p.closest('script, style, pre, code, textarea, mjx-container, .cell_output')) continue;
+    if (/\\\(|\\\[|\\begin\{/.test(n.textContent)) problems.math.push('raw TeX: ' + where(p));
+  }
+  const maths = document.querySelectorAll('.math');
+  const typeset = document.querySelectorAll('mjx-container').length;
+  if (maths.length && !typeset) problems.math.push(`${maths.length} formulas, no MathJax output`);
+  for (const e of document.querySelectorAll('mjx-merror'))
+    problems.math.push('TeX error: ' + (e.getAttribute('data-mjx-error') || e.textContent));
+  // Overflow: the page itself, and anything that sticks out of the article's column
+  // or starts left of a scrolling box, where nobody can scroll to it.
+  const vw = document.documentElement.clientWidth;
+  if (document.documentElement.scrollWidth > vw + 1) {
+    // Name the outermost visible elements that reach past the window.
+    const wide = [...document.body.querySelectorAll('*')].filter(
+      e => e.getBoundingClientRect().right > vw + 1 && visible(e) && !e.closest('pre'));
+    const outer = wide.filter(e => !wide.includes(e.parentElement)).slice(0, 3);
+    problems.overflow.push(`page is ${document.documentElement.scrollWidth} px wide in a `
+      + `${vw} px window; widest: ` + outer.map(where).join('; '));
+  }
+  const article = document.querySelector('.bd-article') || document.body;
+  const clipper = e => {
+    for (let a = e.parentElement; a && a !== document.body; a = a.parentElement)
+      if (getComputedStyle(a).overflowX !== 'visible') return a;
+    return null;
+  };
+  const box = article.getBoundingClientRect();
+  const [left, right] = [Math.max(0, box.left), Math.min(vw, box.right)];
+  for (const e of article.querySelectorAll('*')) {
+    const r = e.getBoundingClientRect();
+    if (r.width * r.height === 0) continue;
+    if (r.right <= right + 1 && r.left >= left - 1) {
+      const c = e.closest('mjx-container[display="true"]');
+      if (!c || c === e) continue;
+      if (r.left < c.getBoundingClientRect().left - 1 && visible(e))
+        problems.overflow.push('equation starts left of its box: ' + where(c));
+      continue;
+    }
+    if (!visible(e)) continue;
+    const c = clipper(e);
+    if (c === null) problems.overflow.push(`sticks out (${Math.round(r.left)}..${Math.round(r.right)} px): ` + where(e));
+    else if (r.left < c.getBoundingClientRect().left - 1)
+      problems.overflow.push('starts left of its scrolling box: ' + where(e));
+  }
+  // No test markers shown to readers (nbval's are cell tags, not comments).
+  for (const cell of article.querySelectorAll('.cell_input'))
+    if (/#\s*NBVAL/i.test(cell.textContent)) problems.code.push('test marker: ' + where(cell));
+  // On a wide page: code formatted to 88 columns fits without a scroll bar.
+  for (const pre of wide ? article.querySelectorAll('.cell_input pre') : []) {
+    if (!visible(pre)) continue;
+    const longest = Math.max(...pre.textContent.split('\n').map(l => l.length));
+    if (longest <= COLUMNS && pre.scrollWidth > pre.clientWidth + 1)
+      problems.code.push(`a ${longest}-column code cell scrolls: ` + where(pre));
+  }
+  // Images: all loaded; on a wide page, figures shown at >= MIN_SCALE of their size.
+  for (const img of document.querySelectorAll('img')) {
+    if (!img.complete || img.naturalWidth === 0) {
+      problems.images.push('not loaded: ' + img.getAttribute('src'));
+      continue;
+    }
+    if (wide && img.closest('.cell_output') && visible(img)) {
+      const scale = img.getBoundingClientRect().width / img.naturalWidth;
+      if (scale < MIN_SCALE)
+        problems.figures.push(`${img.naturalWidth} px figure shown at ${Math.round(100 * scale)}%: ` + where(img));
+    }
+  }
+  // Chrome: one search box.
+  const searches = [...document.querySelectorAll('.search-button__button, form.bd-search')]
+    .filter(e => !e.closest('dialog')).filter(visible);
+  if (searches.length !== 1) problems.chrome = [`${searches.length} search boxes`];
+  // Solutions: folded (nothing but the title visible) until clicked.
+  for (const s of document.querySelectorAll('.solution')) {
+    const title = s.querySelector('.admonition-title');
+    const shown = [...s.querySelectorAll('*')].filter(e => !title || !title.contains(e)).filter(visible);
+    if (!s.classList.contains('toggle') || shown.length)
+      problems.solutions.push(`${s.id}: ${shown.length} elements visible before a click`);
+  }
+  return problems;
+}
+""".replace("COLUMNS", str(CODE_COLUMNS)).replace("MIN_SCALE", str(MIN_FIGURE_SCALE))
+
+# Opens every folded solution by clicking its title; returns the ids that stayed folded.
+OPEN_SOLUTIONS = """
+async () => {
+  const folded = [];
+  for (const s of document.querySelectorAll('.solution.toggle')) {
+    if (s.classList.contains('toggle-hidden')) s.querySelector('.admonition-title').click();
+    await new Promise(r => setTimeout(r, 50));
+    const content = s.querySelector('.admonition-title ~ *');
+    if (!content || getComputedStyle(content).visibility !== 'visible') folded.push(s.id);
+  }
+  return folded;
+}
+"""
+
+
+def _open(context, page_name: str, width: int):
+    page = context.new_page()
+    page.set_viewport_size({"width": width, "height": 1000})
+    errors: list[str] = []
+    page.on(
+        "console",
+        lambda m: errors.append(f"console: {m.text}") if m.type == "error" else None,
+    )
+    page.on("pageerror", lambda e: errors.append(f"page error: {e}"))
+    page.on(
+        "requestfailed",
+        lambda r: errors.append(f"request failed: {r.url[:100]} ({r.failure})"),
+    )
+    page.goto((HTML / f"{page_name}.html").as_uri(), wait_until="load")
+    # MathJax typesets after load; wait for it where it loaded.
+    page.evaluate(
+        "() => window.MathJax && MathJax.startup && MathJax.startup.promise"
+        " ? MathJax.startup.promise : null"
+    )
+    page.wait_for_timeout(100)
+    return page, errors
+
+
+@pytest.mark.parametrize("name", PAGES)
+def test_page_in_the_browser(browser, name):
+    if not any((ROOT / f"{name}{ext}").exists() for ext in (".ipynb", ".md")):
+        pytest.skip(f"{name} is listed in _toc.yml but not written yet")
+    assert (HTML / f"{name}.html").exists(), f"{name}.html was not built"
+    short = Path(name).name
+    page, errors = _open(browser, name, 1400)
+    found: dict[str, list[str]] = {}
+    for width in (1400, 400):  # one page load, two window widths
+        page.set_viewport_size({"width": width, "height": 1000})
+        page.wait_for_timeout(150)
+        problems = page.evaluate(PAGE_CHECKS, width >= 1000)
+        suffix = "" if width == 1400 else f"-{width}px"
+        page.screenshot(path=str(SCREENSHOTS / f"{short}{suffix}.png"))
+        found.update({f"{k} @{width}px": v for k, v in problems.items() if v})
+    page.set_viewport_size({"width": 1400, "height": 1000})
+    problems = {"solutions": [], "launch": []}
+    n_ex = page.locator(".exercise").count()
+    n_sol = page.locator(".solution").count()
+    if page.locator("section[id$='exercises']").count() and not n_ex:
+        problems["solutions"].append("an Exercises section without {exercise}s")
+    if n_ex != n_sol:
+        problems["solutions"].append(f"{n_ex} exercises, {n_sol} solutions")
+    if n_sol:  # a reader's click anywhere on the title opens the first one
+        first = page.locator(".solution").first
+        first.locator(".admonition-title").click()
+        page.wait_for_timeout(100)
+        if "toggle-hidden" in (first.get_attribute("class") or ""):
+            problems["solutions"].append("a click on the title did not open it")
+    problems["solutions"] += [
+        f"{s}: still folded after a click" for s in page.evaluate(OPEN_SOLUTIONS)
+    ]
+    if n_sol:  # the exercises, with every solution open
+        page.locator(".exercise").first.scroll_into_view_if_needed()
+        page.screenshot(path=str(SCREENSHOTS / f"{short}-exercises.png"))
+    if (ROOT / f"{name}.ipynb").exists():
+        for launcher in ("colab.research.google.com", "mybinder.org"):
+            if not page.locator(f'a[href*="{launcher}"]').count():
+                problems["launch"].append(f"no {launcher} button")
+    problems["console"] = errors
+    found.update({k: v for k, v in problems.items() if v})
+    page.close()
+    report = "\n".join(
+        f"{kind}: {len(items)}\n  " + "\n  ".join(items[:6])
+        for kind, items in found.items()
+    )
+    assert not found, f"{name}:\n{report}"

@@ -1,0 +1,109 @@
+"""Tests for going_modular.tracking: a tiny run is logged to a temporary store and read back."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from going_modular import tracking
+from going_modular.experiments import tensor_loaders
+from going_modular.models import build_model
+
+
+@pytest.fixture
+def store(tmp_path, monkeypatch):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv(tracking.URI_VARIABLE, uri)
+    return uri
+
+
+def test_tracking_uri_and_ui_command(store, monkeypatch):
+    assert tracking.tracking_uri() == store
+    assert tracking.ui_command() == f"mlflow ui --backend-store-uri {store}"
+    monkeypatch.delenv(tracking.URI_VARIABLE)
+    assert tracking.tracking_uri().endswith("runs/mlflow.db")
+    assert (
+        tracking.ui_command()
+        == "mlflow ui --backend-store-uri sqlite:///runs/mlflow.db"
+    )
+
+
+def test_a_tiny_run_is_logged_and_read_back(store):
+    torch.manual_seed(0)
+    x, y = torch.randn(40, 1, 28, 28), torch.randint(0, 10, (40,))
+    train, test = tensor_loaders((x, y), (x[:20], y[:20]), batch_size=20)
+    model = build_model("vitbn", depth=1, dim=16, heads=2, dim_head=8, mlp_dim=32)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    params = {"model": "vitbn", "lr": 1e-3, "batch_size": 20}
+    with tracking.start_run("tiny", "vitbn lr=1e-3", params):
+        history = tracking.fit_logged(
+            model, train, test, optimizer, epochs=3, progress=False
+        )
+    assert len(history["test_acc"]) == 3
+
+    runs = tracking.read_runs("tiny")
+    assert len(runs) == 1
+    run = runs.iloc[0]
+    assert run["params.model"] == "vitbn" and float(run["params.lr"]) == 1e-3
+    assert run["metrics.test_acc"] == pytest.approx(history["test_acc"][-1])
+
+    curves = tracking.metric_histories(runs, ["train_loss", "test_seconds"])
+    loss = curves[curves.key == "train_loss"].sort_values("step")
+    assert loss.step.tolist() == [1, 2, 3]
+    assert loss.value.tolist() == pytest.approx(history["train_loss"])
+    assert (curves[curves.key == "test_seconds"].value > 0).all()
+    assert set(curves["params.model"]) == {"vitbn"}
+
+
+def test_log_results_uses_epochs_as_steps(store):
+    results = {"test_acc": [0.1, 0.5], "train_loss": [2.0, 1.0]}
+    with tracking.start_run("results", "cli"):
+        tracking.log_results(results)
+    curves = tracking.metric_histories(tracking.read_runs("results"), ["test_acc"])
+    assert sorted(zip(curves.step, curves.value)) == [(1, 0.1), (2, 0.5)]
+    with pytest.raises(ValueError, match="one value per epoch"):
+        with tracking.start_run("results", "bad"):
+            tracking.log_results({"a": [1.0], "b": [1.0, 2.0]})
+
+
+def test_fit_logged_needs_a_run(store):
+    with pytest.raises(RuntimeError, match="start_run"):
+        tracking.fit_logged(torch.nn.Linear(1, 1), [], [], None, epochs=1)
+
+
+def test_missing_experiment_reads_as_empty(store):
+    assert tracking.read_runs("never-created").empty
+
+
+def test_the_cli_logs_its_options_and_epochs(store):
+    from going_modular.train import _log_to_mlflow, build_parser
+
+    args = build_parser().parse_args(["--model", "vitbn", "--lr", "0.01", "--mlflow"])
+    assert args.mlflow
+    _log_to_mlflow(args, {"run_id": "r1"}, {"test_acc": [0.2, 0.4, 0.6]})
+    runs = tracking.read_runs("cli")
+    assert runs.loc[0, "params.model"] == "vitbn"
+    assert float(runs.loc[0, "params.lr"]) == 0.01
+    assert runs.loc[0, "metrics.test_acc"] == pytest.approx(0.6)
+
+
+def test_a_diverging_run_is_tagged_and_stops(store, monkeypatch):
+    from going_modular import engine
+
+    calls = []
+
+    def train_step(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise FloatingPointError("The training loss became nan")
+        return 1.0, 0.5
+
+    monkeypatch.setattr(engine, "train_step", train_step)
+    monkeypatch.setattr(engine, "test_step", lambda *a, **k: (1.0, 0.25))
+    with tracking.start_run("diverging", "nan"):
+        history = tracking.fit_logged(
+            torch.nn.Linear(1, 1), [], [], None, epochs=5, progress=False
+        )
+    assert history["test_acc"] == [0.25] and len(calls) == 2
+    runs = tracking.read_runs("diverging")
+    assert runs.loc[0, "tags.diverged"] == "2"
