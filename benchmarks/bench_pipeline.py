@@ -175,13 +175,18 @@ def section_batched(args, arrays) -> None:
         batched = gpu_augment.DeviceLoader(
             uint8, targets, args.batch_size, batched_transform(recipe)
         )
+        # Time whole chunks only: the batched loader augments a chunk at its first batch,
+        # so a window must start at a chunk and span whole chunks (and an epoch must hold
+        # whole chunks) for every window to do the same work.
         chunk = batched.chunk // args.batch_size
-        for name, loader, n in (
-            ("per-image", per_image, args.batches),
-            ("batched", batched, max(args.batches, chunk)),
+        whole = len(uint8) // batched.chunk * batched.chunk
+        batched.images, batched.labels = uint8[:whole], targets[:whole]
+        for name, loader, n, warm in (
+            ("per-image", per_image, args.batches, 1),
+            ("batched", batched, chunk * -(-args.batches // chunk), chunk),
         ):
             it = forever(loader)
-            loader_rate(it, 1)
+            loader_rate(it, warm)
             runs[f"{recipe}/{name}"] = partial(loader_rate, it, n)
     rates = {k: median(v) for k, v in interleave(runs, args.repeats).items()}
     for recipe in RECIPES:

@@ -105,6 +105,7 @@ def _batches(dataloader: Iterable, max_steps: int | None, desc: str, progress: b
         leave=False,
         file=sys.stdout,
         disable=not progress,
+        mininterval=0.5,  # fewer redraws: in a notebook each one costs the training
     )
 
 

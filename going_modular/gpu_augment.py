@@ -798,7 +798,9 @@ class DeviceLoader:
     host-to-device copies, augmentation batched by ``augment`` (a :class:`BatchAugment`).
     ``augment`` runs on ``chunk`` images at a time (a multiple of ``batch_size``; by default
     about 8 MiB of float images), which spreads its fixed cost per call over more images.
-    ``drop_last`` drops a last, smaller batch (MixUp/CutMix need even batches).
+    ``drop_last`` drops a last, smaller batch (MixUp/CutMix need even batches). ``passes``
+    makes one iteration (one epoch of the engine) that many shuffled passes over the images,
+    for small datasets trained many times over without a test after every pass.
     """
 
     def __init__(
@@ -812,6 +814,7 @@ class DeviceLoader:
         drop_last: bool = False,
         device: torch.device | str | None = None,
         chunk: int | None = None,
+        passes: int = 1,
     ):
         if images.dtype != torch.uint8 or images.ndim != 4:
             raise TypeError(
@@ -823,12 +826,14 @@ class DeviceLoader:
                 f"Need as many labels as images, and at least one: got {len(images)} "
                 f"images and {len(labels)} labels."
             )
-        if batch_size <= 0:
-            raise ValueError(f"batch_size must be positive, got {batch_size}.")
+        if batch_size <= 0 or passes <= 0:
+            raise ValueError(
+                f"batch_size and passes must be positive, got {batch_size} and {passes}."
+            )
         device = device or images.device
         self.images, self.labels = images.to(device), labels.to(device)
         self.batch_size, self.augment = batch_size, augment
-        self.shuffle, self.drop_last = shuffle, drop_last
+        self.shuffle, self.drop_last, self.passes = shuffle, drop_last, passes
         if chunk is None:
             chunk = 2**23 // (4 * images[0].numel())
         self.chunk = max(1, chunk // batch_size) * batch_size
@@ -839,15 +844,22 @@ class DeviceLoader:
         return TensorDataset(self.images, self.labels)
 
     def __len__(self) -> int:
+        return math.ceil(self.passes * self._per_pass() / self.batch_size)
+
+    def _per_pass(self) -> int:
+        """Images served per pass (a multiple of the batch size with ``drop_last``)."""
         n = len(self.images)
-        return (
-            n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
-        )
+        return n // self.batch_size * self.batch_size if self.drop_last else n
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         n, dev = len(self.images), self.images.device
-        order = torch.randperm(n, device=dev) if self.shuffle else torch.arange(n)
-        order = order.to(dev)[: len(self) * self.batch_size]
+        keep = self._per_pass()
+        order = torch.cat(
+            [
+                (torch.randperm(n) if self.shuffle else torch.arange(n))[:keep]
+                for _ in range(self.passes)
+            ]
+        ).to(dev)
         for first in range(0, len(order), self.chunk):
             idx = order[first : first + self.chunk]
             xs, ys = self.augment(self.images[idx]), self.labels[idx]

@@ -439,6 +439,25 @@ def test_device_loader_serves_every_image_once_per_epoch():
     assert len(dropped) == 4 and all(len(y) == 16 for _, y in dropped)
 
 
+def test_device_loader_passes_serve_every_image_once_per_pass():
+    images = torch.randint(0, 256, (70, 1, 4, 4), dtype=torch.uint8)
+    labels = torch.arange(70)
+    aug = G.BatchAugment([], (0.0,), (1.0,))
+    loader = G.DeviceLoader(images, labels, 16, aug, passes=3, drop_last=True)
+    assert len(loader) == 12  # 4 full batches per pass
+    seen = torch.cat([y for _, y in loader])
+    assert len(seen) == 3 * 64
+    for k in range(3):  # each pass is its own shuffle, without repeats
+        part = seen[64 * k : 64 * (k + 1)]
+        assert len(set(part.tolist())) == 64
+    assert not torch.equal(seen[:64], seen[64:128])
+    whole = G.DeviceLoader(images, labels, 16, aug, passes=2)
+    counts = torch.bincount(torch.cat([y for _, y in whole]), minlength=70)
+    assert len(whole) == 9 and counts.tolist() == [2] * 70
+    with pytest.raises(ValueError, match="passes must be positive"):
+        G.DeviceLoader(images, labels, 16, aug, passes=0)
+
+
 def test_bad_inputs_are_refused_with_advice():
     aug = G.BatchAugment()
     with pytest.raises(TypeError, match="uint8"):

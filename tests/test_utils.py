@@ -149,3 +149,18 @@ def test_saving_into_a_file_says_so(tmp_path):
     (tmp_path / "taken").write_text("notes")
     with pytest.raises(NotADirectoryError, match="it is a file, not a folder"):
         utils.save_model(_tiny(), tmp_path / "taken", "m.pth")
+
+
+def test_prefer_channels_last_only_for_overlapping_convolutions(tmp_path):
+    cct = utils.prefer_channels_last(build_model("cct_2_3x2", num_classes=10))
+    conv = cct.tokenizer.conv_layers[0][0].weight
+    assert conv.is_contiguous(memory_format=torch.channels_last)
+    assert not conv.is_contiguous()
+    vit = utils.prefer_channels_last(build_model("vit_lite_2_4", num_classes=10))
+    assert all(p.is_contiguous() for p in vit.parameters())  # patchify: unchanged
+    x = torch.randn(2, 3, 32, 32)
+    reference = build_model("cct_2_3x2", num_classes=10)
+    reference.load_state_dict(cct.state_dict())
+    torch.testing.assert_close(cct.eval()(x), reference.eval()(x))
+    path = utils.save_model(cct, tmp_path, "cct.pth")  # its checkpoint loads as usual
+    torch.testing.assert_close(utils.load_model(path).eval()(x), reference(x))
