@@ -1,7 +1,8 @@
 # Two commands do all set-up on a fresh machine:
 #   make book   builds the book into _build/html
-#   make test   builds the book, then runs every test (lint, unit tests, every notebook
-#               through nbval, the rendered book in headless Chromium)
+#   make test   gets Fashion-MNIST (no root needed), builds the book, then runs every test
+#               (lint, unit tests, every notebook through nbval, the rendered book in
+#               headless Chromium)
 # Each creates .venv (or reuses it) and installs requirements.txt into it first.
 
 VENV ?= .venv
@@ -12,7 +13,7 @@ TEST_ENV := BOOK_OFFLINE=1 BOOK_SETTING=quick PYTHONHASHSEED=0
 # pytest runs two notebooks at a time (-n 2); one thread each keeps them from fighting over 2 cores.
 TEST_THREADS := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 
-.PHONY: install book test notebooks clean
+.PHONY: install data book test notebooks clean
 
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -21,11 +22,17 @@ $(STAMP): requirements.txt pyproject.toml
 
 install: $(STAMP)
 
+# Fashion-MNIST, the offline dataset: from BOOK_DATA_DIR, Debian's package (installed, or
+# fetched with `apt-get download`, no root) or torchvision's download; when none works it
+# stops with one line saying what to run.
+data: $(STAMP)
+	$(PY) -m going_modular.datasets --prepare fashion-mnist
+
 book: $(STAMP)
 	$(VENV)/bin/jupyter-book build . --warningiserror --keep-going
 
 # The browser test (tests/test_browser.py) reads the book that `book` has just built.
-test: $(STAMP) book
+test: $(STAMP) data book
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(TEST_ENV) $(TEST_THREADS) $(PY) -m pytest tests book -n 2 --dist loadscope \

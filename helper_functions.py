@@ -6,6 +6,7 @@ readers of the original course find them under the names they know.
 
 from going_modular.data_setup import walk_through_dir
 from going_modular.download import download_data
+from going_modular.glue import glue
 from going_modular.plots import compare_runs, plot_loss_curves
 from going_modular.predictions import pred_and_plot_image
 from going_modular.settings import describe as describe_setting
@@ -17,6 +18,7 @@ __all__ = [
     "describe_setting",
     "download_data",
     "get_device",
+    "glue",
     "is_offline",
     "is_quick",
     "pick",
