@@ -1,7 +1,11 @@
 # Two commands do all set-up on a fresh machine:
 #   make book   builds the book into _build/html
-#   make test   builds the book, then runs every test (lint, unit tests, every notebook
-#               through nbval, the rendered book in headless Chromium)
+#   make test   gets Fashion-MNIST (no root needed), builds the book, then runs every test
+#               (lint, unit tests, every notebook through nbval, the rendered book in
+#               headless Chromium)
+# And two checks of how readers run the chapters:
+#   make colab-check   runs each chapter alone in a Colab-like virtual environment
+#   make dry-run       runs each chapter's gpu setting on the CPU, capped, on local fixtures
 # Each creates .venv (or reuses it) and installs requirements.txt into it first.
 
 VENV ?= .venv
@@ -12,7 +16,7 @@ TEST_ENV := BOOK_OFFLINE=1 BOOK_SETTING=quick PYTHONHASHSEED=0
 # pytest runs two notebooks at a time (-n 2); one thread each keeps them from fighting over 2 cores.
 TEST_THREADS := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 
-.PHONY: install book test notebooks clean
+.PHONY: install data book test dry-run notebooks colab-check clean
 
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -21,21 +25,38 @@ $(STAMP): requirements.txt pyproject.toml
 
 install: $(STAMP)
 
+# Fashion-MNIST, the offline dataset: from BOOK_DATA_DIR, Debian's package (installed, or
+# fetched with `apt-get download`, no root) or torchvision's download; when none works it
+# stops with one line saying what to run.
+data: $(STAMP)
+	$(PY) -m going_modular.datasets --prepare fashion-mnist
+
 book: $(STAMP)
 	$(VENV)/bin/jupyter-book build . --warningiserror --keep-going
 
 # The browser test (tests/test_browser.py) reads the book that `book` has just built.
-test: $(STAMP) book
+test: $(STAMP) data book
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(TEST_ENV) $(TEST_THREADS) $(PY) -m pytest tests book -n 2 --dist loadscope \
+		--ignore=tests/test_dry_run.py \
 		--nbval-lax --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg
+
+# Every chapter in the gpu setting on the CPU, every loop capped at a few steps, the network
+# blocked and the online datasets and weights served from local fixtures (tests/test_dry_run.py).
+dry-run: $(STAMP) data
+	$(TEST_THREADS) $(PY) -m pytest tests/test_dry_run.py -n 2 --dist loadscope
 
 # Re-execute chapters in place in the cpu setting (the committed outputs) and clean their outputs:
 #   make notebooks NB=book/06*.ipynb
 NB ?= book/*.ipynb
 notebooks: $(STAMP)
 	BOOK_OFFLINE=1 BOOK_SETTING=cpu PYTHONHASHSEED=0 $(PY) scripts/run_notebooks.py $(NB)
+
+# Each chapter copied alone into an empty folder and run in .venv-colab: Colab's preinstalled
+# packages (colab/preinstalled.txt) plus what the chapter's setup cell installs.
+colab-check: $(STAMP) data
+	$(PY) scripts/colab_check.py
 
 clean:
 	rm -rf _build

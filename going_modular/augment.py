@@ -22,6 +22,7 @@ import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from numbers import Real
 from typing import Any
 
 import torch
@@ -91,6 +92,32 @@ def _crop(crop: str | None, img_size: int) -> list[Any]:
     if crop is None:
         return []
     raise ValueError(f"Unknown crop {crop!r}; choose one of {CROPS}.")
+
+
+def _check_range(
+    name: str,
+    value: float,
+    low: float,
+    high: float,
+    *,
+    low_open: bool = False,
+    high_open: bool = False,
+) -> None:
+    """Raise ValueError naming ``name`` unless ``value`` is a number in the interval."""
+    ok = (
+        not isinstance(value, bool)
+        and isinstance(value, Real)
+        and math.isfinite(value)
+        and (low < value if low_open else low <= value)
+        and (value < high if high_open else value <= high)
+    )
+    if not ok:
+        interval = (
+            f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+        )
+        raise ValueError(
+            f"{name} must be a finite number in {interval}, got {value!r}."
+        )
 
 
 def _to_normalised_tensor(
@@ -318,10 +345,34 @@ class CCTRecipe:
     warmup_lr: float = 0.0
 
     def __post_init__(self) -> None:
+        """Refuse values that make no sense, naming the field."""
         if self.warmup not in WARMUPS:
             raise ValueError(
                 f"Unknown warmup {self.warmup!r}; choose one of {WARMUPS}."
             )
+        for name in ("epochs", "batch_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}.")
+        _check_range("lr", self.lr, 0, math.inf, low_open=True)
+        _check_range("weight_decay", self.weight_decay, 0, math.inf)
+        _check_range("warmup_lr", self.warmup_lr, 0, self.lr)
+        _check_range("min_lr", self.min_lr, 0, self.lr)
+        _check_range("warmup_epochs", self.warmup_epochs, 0, self.epochs)
+        _check_range("cooldown_epochs", self.cooldown_epochs, 0, self.epochs)
+        if self.warmup_epochs + self.cooldown_epochs > self.epochs:
+            raise ValueError(
+                f"warmup_epochs ({self.warmup_epochs:g}) + cooldown_epochs "
+                f"({self.cooldown_epochs:g}) exceed epochs ({self.epochs}): shorten them."
+            )
+        _check_range("label_smoothing", self.label_smoothing, 0, 1, high_open=True)
+        _check_range("random_erasing", self.random_erasing, 0, 1)
+        _check_range("mixup_alpha", self.mixup_alpha, 0, math.inf)
+        _check_range("cutmix_alpha", self.cutmix_alpha, 0, math.inf)
+        _check_range("mix_prob", self.mix_prob, 0, 1)
+        _check_range("mix_switch_prob", self.mix_switch_prob, 0, 1)
+        if self.mix_off_epoch is not None:
+            _check_range("mix_off_epoch", self.mix_off_epoch, 0, self.epochs)
 
     @property
     def mixes(self) -> bool:
@@ -365,12 +416,14 @@ class CCTRecipe:
         over the remaining epochs (``examples/main.py``). ``"linear"``: ``warmup_lr`` rising
         linearly during warmup, then timm's cosine counted from epoch 0 over the epochs before
         the cooldown, then ``min_lr`` (timm's ``CosineLRScheduler`` with ``warmup_t``).
+        A fractional warmup ``W`` ends in a partial epoch: the harmonic ``1 / (W - e)`` is
+        capped at 1 there, so no epoch ever exceeds ``lr``.
         """
         lo = self.min_lr / self.lr
         warm, cosine_end = self.warmup_epochs, self.epochs - self.cooldown_epochs
         if self.warmup == "harmonic":
             if epoch < warm:
-                return 1.0 / (warm - epoch)
+                return min(1.0, 1.0 / (warm - epoch))
             progress = (epoch - warm) / max(1.0, cosine_end - warm)
         else:
             if epoch < warm:

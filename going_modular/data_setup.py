@@ -1,14 +1,36 @@
-"""Turn an ImageFolder dataset on disk into PyTorch DataLoaders, with clear errors."""
+"""Turn an ImageFolder dataset on disk into PyTorch DataLoaders, with clear errors.
+
+Images are read as they are: 16-bit and float images are scaled to 8 bits by the range of
+their format, class folders are walked without counting a folder twice (a symbolic link
+loop is refused), and :func:`verify_images` opens every image once before training, so a
+corrupt file or a decompression bomb is named before the first epoch, not in the middle
+of one.
+"""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
+import numpy as np
 import torch
-from PIL import Image, UnidentifiedImageError
+from PIL import Image
 from torch.utils.data import DataLoader
 from torchvision import datasets, transforms
+
+__all__ = [
+    "ImageDecodeError",
+    "VisibleImageFolder",
+    "check_image_folder",
+    "create_dataloaders",
+    "default_num_workers",
+    "image_splits",
+    "is_hidden",
+    "load_rgb",
+    "verify_images",
+    "walk_through_dir",
+]
 
 
 def default_num_workers() -> int:
@@ -20,17 +42,85 @@ class ImageDecodeError(ValueError):
     """An image file that cannot be decoded; the message names it and what to do."""
 
 
+def _to_8_bits(image: Image.Image) -> Image.Image:
+    """A 16-bit (``I;16``, ``I``) or float (``F``) image as 8-bit greyscale ("L").
+
+    Values are scaled by their format's range, 0-65535 or 0.0-1.0 (so a 16-bit ramp stays a
+    ramp and a float 0.5 is mid-grey), or by the image's own minimum and maximum when they
+    fall outside it (float depth maps, signed data). Other modes are returned unchanged.
+    """
+    if image.mode not in ("I", "F") and not image.mode.startswith("I;16"):
+        return image
+    values = np.asarray(image, dtype=np.float64)
+    finite = values[np.isfinite(values)]
+    low, high = (0.0, 1.0) if image.mode == "F" else (0.0, 65535.0)
+    if finite.size and (finite.min() < low or finite.max() > high):
+        low, high = float(finite.min()), float(finite.max())
+    scaled = (values - low) / (high - low) if high > low else np.zeros_like(values)
+    scaled = np.nan_to_num(scaled, nan=0.0).clip(0.0, 1.0)
+    return Image.fromarray(np.round(scaled * 255).astype(np.uint8), mode="L")
+
+
 def load_rgb(path: str | Path) -> Image.Image:
-    """Open an image as RGB, or raise an error that names the file and what to do."""
+    """Open an image as RGB (16-bit and float ones scaled to 8 bits by their range), or
+    raise an error that names the file and what to do."""
     if not Path(path).is_file():
         raise FileNotFoundError(f"No image file at {path}. Check the path.")
     try:
         with Image.open(path) as image:
-            return image.convert("RGB")
-    except (UnidentifiedImageError, OSError) as error:
+            return _to_8_bits(image).convert("RGB")
+    except Exception as error:  # Pillow raises OSError, SyntaxError, ValueError, ...
         raise ImageDecodeError(
-            f"Cannot decode image {path}: {error}. Delete or replace this file and try again."
+            f"Cannot decode image {path}: {_describe(error)}. Delete or replace this file "
+            "and try again."
         ) from error
+
+
+def _describe(error: Exception) -> str:
+    if isinstance(error, Image.DecompressionBombError):
+        return f"{error} If the image is genuine, shrink it."
+    return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+
+
+def _image_problem(path: str) -> str | None:
+    """Why the image at ``path`` cannot be read, or None when it can.
+
+    Cheap: the header, the size against Pillow's decompression-bomb limit and Pillow's
+    ``verify()`` (for PNG, every chunk's checksum); a JPEG, whose ``verify()`` checks
+    nothing, is decoded at 1/8 scale, which still reads all of its data (a truncated JPEG
+    is the usual corrupt file).
+    """
+    try:
+        with Image.open(path) as image:
+            if image.format == "JPEG":
+                image.draft(image.mode, (1, 1))
+                image.load()
+            else:
+                image.verify()
+    except Exception as error:
+        return _describe(error)
+    return None
+
+
+def verify_images(paths: Iterable[str | Path]) -> None:
+    """Open every image in ``paths`` once; raise :class:`ImageDecodeError` listing all the
+    files that cannot be read (corrupt, truncated, not an image, or a decompression bomb).
+
+    About a millisecond per image: run it before training, so a bad file is found before
+    the first epoch rather than after hours of it.
+    """
+    bad = [
+        f"{path}: {problem}"
+        for path in dict.fromkeys(map(str, paths))  # each file once, in order
+        if (problem := _image_problem(path)) is not None
+    ]
+    if bad:
+        raise ImageDecodeError(
+            f"Cannot decode images: {len(bad)} file(s) are corrupt, truncated, too large "
+            "or not images:\n  "
+            + "\n  ".join(bad)
+            + "\nDelete or replace them and try again."
+        )
 
 
 def check_image_folder(folder: str | Path) -> list[str]:
@@ -57,16 +147,45 @@ def is_hidden(path: str | Path, root: str | Path) -> bool:
     return any(part.startswith(".") for part in Path(path).relative_to(root).parts)
 
 
+def _walk_once(
+    folder: str, seen: dict[tuple[int, int], str]
+) -> Iterable[tuple[str, list[str]]]:
+    """``(folder, files)`` below ``folder``, following links to folders but not hidden
+    folders; a folder already in ``seen`` (a link loop, or two links to one folder) is
+    refused, since its images would be counted again."""
+    for dirpath, dirnames, filenames in os.walk(folder, followlinks=True):
+        status = os.stat(dirpath)
+        key = (status.st_dev, status.st_ino)
+        if key in seen:
+            raise ValueError(
+                f"{dirpath} leads to a folder already read as {seen[key]} (a symbolic link "
+                "loop, or a second link to the same folder), so its images would be counted "
+                "again. Remove the link or replace it with a copy."
+            )
+        seen[key] = dirpath
+        dirnames[:] = [name for name in dirnames if not name.startswith(".")]
+        yield dirpath, filenames
+
+
 class VisibleImageFolder(datasets.ImageFolder):
-    """torchvision's ImageFolder without hidden folders and files.
+    """torchvision's ImageFolder without hidden folders and files, and without loops.
 
     A ``.ipynb_checkpoints`` folder (Jupyter makes one when a notebook opens an image) or
     macOS's ``._name.jpg`` files would otherwise become a class or a sample, and a hidden
     class folder sorts first, shifting every label against a test folder without it.
+    Links to folders are followed, but a folder reached twice (``ln -s . loop``) is refused
+    rather than read again and again. ``split`` ("train", "test") names the split in errors.
     """
 
-    def __init__(self, root: str | Path, transform=None, loader=load_rgb):
+    def __init__(
+        self,
+        root: str | Path,
+        transform=None,
+        loader=load_rgb,
+        split: str | None = None,
+    ):
         root = str(root)
+        self.split = split
         super().__init__(
             root,
             transform=transform,
@@ -83,6 +202,76 @@ class VisibleImageFolder(datasets.ImageFolder):
         classes = check_image_folder(directory)
         return classes, {name: i for i, name in enumerate(classes)}
 
+    def make_dataset(
+        self,
+        directory: str | Path,
+        class_to_idx: dict[str, int],
+        extensions: tuple[str, ...] | None = None,
+        is_valid_file: Callable[[str], bool] | None = None,
+        allow_empty: bool = False,
+    ) -> list[tuple[str, int]]:
+        """torchvision's samples, in its order, walked by :func:`_walk_once`; an empty
+        class folder is reported with its split and path."""
+        samples, empty, seen = [], [], {}
+        for name in sorted(class_to_idx):
+            class_dir = os.path.join(directory, name)
+            found = [
+                path
+                for dirpath, filenames in sorted(_walk_once(class_dir, seen))
+                for filename in sorted(filenames)
+                if is_valid_file(path := os.path.join(dirpath, filename))
+            ]
+            if not found:
+                empty.append(class_dir)
+            samples += [(path, class_to_idx[name]) for path in found]
+        if empty and not allow_empty:
+            split = f" ({self.split} split)" if self.split else ""
+            folders, verb = (
+                ("folders", "hold") if len(empty) > 1 else ("folder", "holds")
+            )
+            raise FileNotFoundError(
+                f"Class {folders} {', '.join(empty)}{split} {verb} no images (files "
+                f"ending in {', '.join(datasets.folder.IMG_EXTENSIONS)}). Add images, or "
+                "remove the class from both train/ and test/."
+            )
+        return samples
+
+
+def image_splits(
+    train_dir: str | Path,
+    test_dir: str | Path,
+    transform: Callable | None = None,
+    test_transform: Callable | None = None,
+    *,
+    check_images: bool = True,
+) -> tuple[VisibleImageFolder, VisibleImageFolder]:
+    """The train and test :class:`VisibleImageFolder` datasets, checked before any training.
+
+    Both folders must hold the same class subfolders, at least two, none of them empty;
+    with ``check_images`` every image of both splits is opened once (:func:`verify_images`).
+    Raises FileNotFoundError, ValueError or :class:`ImageDecodeError` naming the folder or
+    the files and what to do.
+    """
+    train_classes = check_image_folder(train_dir)
+    test_classes = check_image_folder(test_dir)
+    if train_classes != test_classes:
+        raise ValueError(
+            f"Train classes {train_classes} and test classes {test_classes} differ; "
+            "both folders need the same class subfolders."
+        )
+    if len(train_classes) == 1:
+        raise ValueError(
+            f"{train_dir} and {test_dir} hold a single class, {train_classes[0]!r}: a "
+            "classifier needs at least two classes (one subfolder of images per class)."
+        )
+    train_data = VisibleImageFolder(train_dir, transform=transform, split="train")
+    test_data = VisibleImageFolder(
+        test_dir, transform=test_transform or transform, split="test"
+    )
+    if check_images:
+        verify_images(path for path, _ in train_data.samples + test_data.samples)
+    return train_data, test_data
+
 
 def create_dataloaders(
     train_dir: str | Path,
@@ -91,6 +280,8 @@ def create_dataloaders(
     batch_size: int,
     num_workers: int | None = None,
     test_transform: transforms.Compose | None = None,
+    *,
+    check_images: bool = True,
 ) -> tuple[DataLoader, DataLoader, list[str]]:
     """Create training and testing DataLoaders from two ImageFolder directories.
 
@@ -101,6 +292,8 @@ def create_dataloaders(
         batch_size: images per batch.
         num_workers: loader processes; by default :func:`default_num_workers`.
         test_transform: optional separate transform for test images (no augmentation).
+        check_images: open every image once first (:func:`verify_images`), so that a bad
+            file stops the run before the first epoch.
 
     Returns:
         ``(train_dataloader, test_dataloader, class_names)``.
@@ -109,15 +302,9 @@ def create_dataloaders(
         raise ValueError(f"batch_size must be a positive integer, got {batch_size}.")
     if num_workers is not None and num_workers < 0:
         raise ValueError(f"num_workers must be 0 or more, got {num_workers}.")
-    train_classes = check_image_folder(train_dir)
-    test_classes = check_image_folder(test_dir)
-    if train_classes != test_classes:
-        raise ValueError(
-            f"Train classes {train_classes} and test classes {test_classes} differ; "
-            "both folders need the same class subfolders."
-        )
-    train_data = VisibleImageFolder(train_dir, transform=transform)
-    test_data = VisibleImageFolder(test_dir, transform=test_transform or transform)
+    train_data, test_data = image_splits(
+        train_dir, test_dir, transform, test_transform, check_images=check_images
+    )
     workers = default_num_workers() if num_workers is None else num_workers
     pin = torch.cuda.is_available()
     train_dataloader = DataLoader(

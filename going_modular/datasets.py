@@ -2,32 +2,45 @@
 
 Every getter tries the real dataset unless ``BOOK_OFFLINE=1``. If that fails it prints why
 and falls back to the stand-in (see :mod:`going_modular.standins`), saying so in one line,
-unless called with ``fallback=False``, in which case the error is raised.
+unless called with ``fallback=False``, in which case the error is raised. Fashion-MNIST,
+the book's offline dataset, is the exception: :func:`prepare_fashion_mnist` gets it from
+local files, Debian's package or a download, and without it the getters raise (the
+stand-in only with ``fallback=True``); ``python -m going_modular.datasets --prepare
+fashion-mnist`` gets it ready beforehand.
+
+With ``BOOK_FIXTURES=1`` (the dry run of ``tests/test_dry_run.py``) the "online" data are
+small local test fixtures in the libraries' own formats, and every getter says so in a
+``[FIXTURE]`` line; ``BOOK_MIRROR`` points the course's zip downloads at another server.
 """
 
 from __future__ import annotations
 
+import os
+import pickle
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from torch.utils.data import Dataset
+from torchvision.datasets import CIFAR10
 
 from . import standins
 from .download import DownloadError, download_data
 from .paths import data_dir
-from .settings import is_offline
+from .settings import announce_fixture, is_offline, uses_fixtures
 
 _COURSE_DATA = "https://github.com/mrdbourke/pytorch-deep-learning/raw/main/data"
 FOOD_SOURCES: dict[str, tuple[str, str]] = {
-    # subset -> (zip URL, folder name). Upstream publishes no checksum for these archives;
-    # pass ``sha256=`` to get_food_data to pin one you trust.
-    "10%": (f"{_COURSE_DATA}/pizza_steak_sushi.zip", "pizza_steak_sushi"),
-    "20%": (
-        f"{_COURSE_DATA}/pizza_steak_sushi_20_percent.zip",
-        "pizza_steak_sushi_20_percent",
-    ),
+    # subset -> (zip file under course_data_url(), folder name). Upstream publishes no
+    # checksum for these archives; pass ``sha256=`` to get_food_data to pin one you trust.
+    "10%": ("pizza_steak_sushi.zip", "pizza_steak_sushi"),
+    "20%": ("pizza_steak_sushi_20_percent.zip", "pizza_steak_sushi_20_percent"),
 }
+
+
+def course_data_url() -> str:
+    """Where the course's zips come from: ``BOOK_MIRROR`` if set, else the course's GitHub."""
+    return os.environ.get("BOOK_MIRROR", "").strip().rstrip("/") or _COURSE_DATA
 
 
 @dataclass(frozen=True)
@@ -72,11 +85,15 @@ def get_food_data(
         )
     root = Path(root) if root is not None else data_dir()
     if not is_offline():
-        url, folder = FOOD_SOURCES[subset]
+        file, folder = FOOD_SOURCES[subset]
+        url = f"{course_data_url()}/{file}"
         try:
-            return ImageFolderData(
-                download_data(url, folder, sha256=sha256, data_dir=root), False
-            )
+            path = download_data(url, folder, sha256=sha256, data_dir=root)
+            if uses_fixtures():
+                announce_fixture(
+                    f"pizza/steak/sushi {subset}", f"random photos from {url}"
+                )
+            return ImageFolderData(path, False)
         except DownloadError as error:
             if not fallback:
                 raise
@@ -117,6 +134,34 @@ def _torchvision_or_stand_in(
     return make_stand_in()
 
 
+class FixtureCIFAR10(CIFAR10):
+    """torchvision's CIFAR10 on a test fixture in its format, without the md5 checks.
+
+    torchvision checks every batch file against the real data's md5; a fixture of random
+    images cannot pass that, so only the files' presence is checked.
+    """
+
+    def _check_integrity(self) -> bool:
+        folder = Path(self.root) / self.base_folder
+        files = [name for name, _ in self.train_list + self.test_list]
+        return all((folder / name).is_file() for name in files)
+
+    def _load_meta(self) -> None:
+        path = Path(self.root) / self.base_folder / self.meta["filename"]
+        with open(path, "rb") as f:
+            self.classes = pickle.load(f, encoding="latin1")[self.meta["key"]]
+        self.class_to_idx = {name: i for i, name in enumerate(self.classes)}
+
+
+def _real_cifar10(root: Path, train: bool, transform) -> CIFAR10:
+    if not uses_fixtures():
+        return CIFAR10(str(root), train=train, transform=transform, download=True)
+    announce_fixture(
+        "CIFAR-10", f"random images in torchvision's format in {root}, md5s not checked"
+    )
+    return FixtureCIFAR10(str(root), train=train, transform=transform, download=True)
+
+
 def get_cifar10(
     train: bool = True,
     transform=None,
@@ -124,13 +169,14 @@ def get_cifar10(
     fallback: bool = True,
     root: str | Path | None = None,
 ) -> Dataset:
-    """CIFAR-10 via torchvision; offline, the 32x32 RGB :class:`~standins.PhotoDigits`."""
-    from torchvision.datasets import CIFAR10
+    """CIFAR-10 via torchvision; offline, the 32x32 RGB :class:`~standins.PhotoDigits`.
 
+    With ``BOOK_FIXTURES=1``, a :class:`FixtureCIFAR10` read from ``root``.
+    """
     root = Path(root) if root is not None else data_dir()
     return _torchvision_or_stand_in(
         "CIFAR-10",
-        lambda: CIFAR10(str(root), train=train, transform=transform, download=True),
+        lambda: _real_cifar10(root, train, transform),
         lambda: standins.PhotoDigits(train=train, transform=transform),
         "photo-digits (scikit-learn's handwritten digits on scikit-image photos, 32x32 RGB)",
         fallback,
@@ -144,13 +190,25 @@ def get_mnist(
     fallback: bool = True,
     root: str | Path | None = None,
 ) -> Dataset:
-    """MNIST via torchvision; offline, scikit-learn's digits as :class:`~standins.DigitsMNIST`."""
+    """MNIST via torchvision; offline, scikit-learn's digits as :class:`~standins.DigitsMNIST`.
+
+    torchvision checks no md5 of files already in ``root/MNIST/raw``, so a test fixture
+    there (``BOOK_FIXTURES=1``) loads as is; it is announced by a ``[FIXTURE]`` line.
+    """
     from torchvision.datasets import MNIST
+
+    def real() -> MNIST:
+        dataset = MNIST(str(root), train=train, transform=transform, download=True)
+        if uses_fixtures():
+            announce_fixture(
+                "MNIST", f"random digits in torchvision's format in {root}"
+            )
+        return dataset
 
     root = Path(root) if root is not None else data_dir()
     return _torchvision_or_stand_in(
         "MNIST",
-        lambda: MNIST(str(root), train=train, transform=transform, download=True),
+        real,
         lambda: standins.DigitsMNIST(train=train, transform=transform),
         "scikit-learn's 8x8 handwritten digits, upscaled to 28x28",
         fallback,
@@ -173,8 +231,10 @@ FASHION_MNIST_CLASSES = (
 )
 # Mean and standard deviation of the 60,000 training images' pixels, scaled to [0, 1].
 FASHION_MNIST_MEAN, FASHION_MNIST_STD = 0.2860, 0.3530
-# Debian/Ubuntu's package `dataset-fashion-mnist` installs the four official files here.
+# Debian/Ubuntu's package `dataset-fashion-mnist` installs the four official files here;
+# ``$BOOK_DEBIAN_FASHION_MNIST`` names another folder instead (tests: a missing one).
 DEBIAN_FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
+DEBIAN_PACKAGE = "dataset-fashion-mnist"
 # SHA-256 of the four files' *decompressed* contents, so a re-compressed copy verifies too.
 FASHION_MNIST_SHA256 = {
     "train-images-idx3-ubyte": "c59f468a2f672dc815687fe0f83887768d799fd8a3f3276145d20f83aa44d888",
@@ -182,7 +242,24 @@ FASHION_MNIST_SHA256 = {
     "t10k-images-idx3-ubyte": "5b4141f0afbad91edebe8549f8fcffe087ea10ca49f1dbef5c9a5cd8815ce37b",
     "t10k-labels-idx1-ubyte": "0402a96d92fd2663957122ceb108a494c5af83dab82d92729df917d7dec38c34",
 }
-INSTALL_FASHION_MNIST = "sudo apt-get install dataset-fashion-mnist"
+INSTALL_FASHION_MNIST = f"sudo apt-get install {DEBIAN_PACKAGE}"
+PREPARE_FASHION_MNIST = "python -m going_modular.datasets --prepare fashion-mnist"
+# How long apt-get download or torchvision's download may wait on one connection.
+NETWORK_TIMEOUT_SECONDS = 20
+
+
+def fashion_mnist_missing(root: str | Path | None = None) -> str:
+    """The one line that says what to run when Fashion-MNIST is neither found nor fetched."""
+    root = Path(root) if root is not None else data_dir()
+    return (
+        f"Fashion-MNIST is missing: run `{INSTALL_FASHION_MNIST}`, or put its four "
+        f"*-ubyte.gz files in {root / 'fashion-mnist'}, or run `{PREPARE_FASHION_MNIST}` "
+        "with network access."
+    )
+
+
+def _debian_fashion_mnist() -> Path:
+    return Path(os.environ.get("BOOK_DEBIAN_FASHION_MNIST") or DEBIAN_FASHION_MNIST)
 
 
 def _sha256_bytes(data: bytes) -> str:
@@ -207,7 +284,6 @@ def _install_fashion_mnist_files(raw: Path, sources: list[Path]) -> str | None:
     Each source folder may hold the files gzipped (``*-ubyte.gz``, as published) or not.
     Returns None when no source holds all four; raises ValueError when a file is corrupt.
     """
-    import os
     import tempfile
 
     def verified(name: str) -> bool:
@@ -245,6 +321,86 @@ def _install_fashion_mnist_files(raw: Path, sources: list[Path]) -> str | None:
     return None
 
 
+def _fetch_debian_package(root: Path, raw: Path) -> str | None:
+    """Debian's package without root: ``apt-get download`` it and ``dpkg-deb -x`` it into a
+    temporary folder in ``root``, then install its verified files into ``raw``."""
+    import shutil
+    import subprocess
+    import tempfile
+
+    if shutil.which("apt-get") is None or shutil.which("dpkg-deb") is None:
+        return None
+    root.mkdir(parents=True, exist_ok=True)
+    apt_options = ["-o", "Acquire::Retries=0"]
+    apt_options += ["-o", f"Acquire::http::Timeout={NETWORK_TIMEOUT_SECONDS}"]
+    with tempfile.TemporaryDirectory(prefix=".apt-download-", dir=root) as tmp:
+        try:
+            subprocess.run(
+                ["apt-get", "download", "-qq", *apt_options, DEBIAN_PACKAGE],
+                cwd=tmp,
+                check=True,
+                capture_output=True,
+                timeout=3 * NETWORK_TIMEOUT_SECONDS,
+            )
+            (package,) = Path(tmp).glob("*.deb")
+            unpacked = Path(tmp) / "unpacked"
+            subprocess.run(
+                ["dpkg-deb", "-x", str(package), str(unpacked)],
+                check=True,
+                capture_output=True,
+            )
+        except (subprocess.SubprocessError, OSError, ValueError):
+            return None
+        files = unpacked / DEBIAN_FASHION_MNIST.relative_to("/")
+        if _install_fashion_mnist_files(raw, [files]) is None:
+            return None
+    return f"Debian's package {DEBIAN_PACKAGE} (apt-get download)"
+
+
+def _fetch_with_torchvision(root: Path, raw: Path) -> str | None:
+    """torchvision's download of the four files, then the same SHA-256 check."""
+    import socket
+
+    from torchvision.datasets import FashionMNIST
+
+    previous = socket.getdefaulttimeout()
+    socket.setdefaulttimeout(NETWORK_TIMEOUT_SECONDS)
+    try:
+        FashionMNIST(str(root), train=True, download=True)
+    except (RuntimeError, OSError):
+        return None
+    finally:
+        socket.setdefaulttimeout(previous)
+    if _install_fashion_mnist_files(raw, []) is None:
+        raise ValueError(
+            f"torchvision downloaded Fashion-MNIST files into {raw} that fail the SHA-256 "
+            "check: delete that folder and try again."
+        )
+    return "torchvision's download"
+
+
+def prepare_fashion_mnist(root: str | Path | None = None) -> str:
+    """Put the four verified Fashion-MNIST files in ``root/FashionMNIST/raw``; say where from.
+
+    Tries, in order: files already there, ``root/fashion-mnist`` or ``root`` (``root``
+    defaults to ``BOOK_DATA_DIR``), Debian's installed package, and unless
+    ``BOOK_OFFLINE=1``: Debian's package downloaded without root (``apt-get download``),
+    then torchvision's download. Every source passes the SHA-256 check. Raises a
+    :class:`DownloadError` with :func:`fashion_mnist_missing`'s line when none works.
+    """
+    root = Path(root) if root is not None else data_dir()
+    raw = root / "FashionMNIST" / "raw"
+    local = [raw, root / "fashion-mnist", root, _debian_fashion_mnist()]
+    source = _install_fashion_mnist_files(raw, local)
+    if source is None and not is_offline():
+        source = _fetch_debian_package(root, raw) or _fetch_with_torchvision(root, raw)
+        if source is not None:
+            print(f"[INFO] Fashion-MNIST: got it from {source}, into {raw}")
+    if source is None:
+        raise DownloadError(fashion_mnist_missing(root))
+    return source
+
+
 def _fashion_transform(pad_to_32: bool, rgb: bool, transform):
     from torchvision import transforms
 
@@ -262,53 +418,35 @@ def get_fashion_mnist(
     *,
     pad_to_32: bool = False,
     rgb: bool = False,
-    fallback: bool = True,
+    fallback: bool = False,
     root: str | Path | None = None,
 ) -> Dataset:
     """Fashion-MNIST (60,000 training / 10,000 test images, 28x28 grey, 10 classes).
 
-    Looks for the four official files, verified by SHA-256, in ``root`` (default
-    ``BOOK_DATA_DIR``), then in Debian's package (``apt-get install dataset-fashion-mnist``),
-    then, when online, downloads them through torchvision. ``pad_to_32`` pads to 32x32 and
-    ``rgb`` repeats the grey channel three times, so CIFAR-shaped models take the images
-    unchanged; both run before ``transform``. Returns a torchvision ``FashionMNIST`` whose
-    ``.data`` (uint8, N x 28 x 28) and ``.targets`` hold the unpadded images and labels.
+    Gets the four official files as :func:`prepare_fashion_mnist` does. ``pad_to_32`` pads
+    to 32x32 and ``rgb`` repeats the grey channel three times, so CIFAR-shaped models take
+    the images unchanged; both run before ``transform``. Returns a torchvision
+    ``FashionMNIST`` whose ``.data`` (uint8, N x 28 x 28) and ``.targets`` hold the
+    unpadded images and labels.
 
-    With no source, under ``CI=true`` or with ``fallback=False`` it raises; otherwise it falls
-    back to the handwritten-digits stand-in, saying so in a ``[STAND-IN]`` line.
+    With no source it raises a :class:`DownloadError` whose message says what to run.
+    Only with ``fallback=True`` (for callers sized for 1,797 images, like the CLI), and
+    not under ``CI=true``, it returns the handwritten-digits stand-in instead, saying so.
     """
-    import os
-
     from torchvision.datasets import FashionMNIST
 
     root = Path(root) if root is not None else data_dir()
     composed = _fashion_transform(pad_to_32, rgb, transform)
-    raw = root / "FashionMNIST" / "raw"
-    candidates = [raw, root / "fashion-mnist", root, DEBIAN_FASHION_MNIST]
-    if _install_fashion_mnist_files(raw, candidates) is not None:
-        return FashionMNIST(str(root), train=train, transform=composed, download=False)
-    if not is_offline():
-        try:
-            return FashionMNIST(
-                str(root), train=train, transform=composed, download=True
-            )
-        except (RuntimeError, OSError) as error:
-            if not fallback:
-                raise DownloadError(
-                    f"Could not download Fashion-MNIST: {error}. Install it offline with "
-                    f"`{INSTALL_FASHION_MNIST}`, or check your connection."
-                ) from error
-            _explain_failure("Fashion-MNIST", error)
-    if not fallback or os.environ.get("CI", "").lower() == "true":
-        raise DownloadError(
-            f"Fashion-MNIST is not on this machine (looked in {raw} and {DEBIAN_FASHION_MNIST})"
-            f"{' and the network is off (BOOK_OFFLINE=1)' if is_offline() else ''}. Install it "
-            f"with `{INSTALL_FASHION_MNIST}`, or put the four *-ubyte.gz files in {root / 'fashion-mnist'}."
+    try:
+        prepare_fashion_mnist(root)
+    except DownloadError:
+        if not fallback or os.environ.get("CI", "").lower() == "true":
+            raise
+        _announce_stand_in(
+            "Fashion-MNIST", "scikit-learn's 8x8 handwritten digits, upscaled to 28x28"
         )
-    _announce_stand_in(
-        "Fashion-MNIST", "scikit-learn's 8x8 handwritten digits, upscaled to 28x28"
-    )
-    return standins.DigitsMNIST(train=train, transform=composed)
+        return standins.DigitsMNIST(train=train, transform=composed)
+    return FashionMNIST(str(root), train=train, transform=composed, download=False)
 
 
 def fashion_mnist_tensors(
@@ -320,22 +458,42 @@ def fashion_mnist_tensors(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Fashion-MNIST as two tensors in memory: images (N, C, H, W) float32 and labels (N,).
 
-    Fast for small models on a CPU: no per-image decoding. ``normalize`` standardises with the
-    training set's mean and standard deviation; pixels are otherwise in [0, 1].
+    Fast for small models on a CPU: no per-image decoding. ``normalize`` standardises with
+    the training set's mean and standard deviation; pixels are otherwise in [0, 1]. Raises
+    a :class:`DownloadError` saying what to run when Fashion-MNIST cannot be had (never a
+    smaller stand-in: callers index all 60,000 images).
     """
-    dataset = get_fashion_mnist(train, fallback=True)
-    if isinstance(dataset, standins.DigitsMNIST):
-        import numpy as np
-
-        images = torch.from_numpy(np.stack([np.asarray(im) for im in dataset.images]))
-        labels = torch.tensor(dataset.targets)
-    else:
-        images, labels = dataset.data, dataset.targets
-    x = images.float().div_(255).unsqueeze(1)
+    dataset = get_fashion_mnist(train)
+    x = dataset.data.float().div_(255).unsqueeze(1)
     if pad_to_32:
         x = torch.nn.functional.pad(x, (2, 2, 2, 2))
     if normalize:
         x = (x - FASHION_MNIST_MEAN) / FASHION_MNIST_STD
     if rgb:
         x = x.expand(-1, 3, -1, -1).contiguous()
-    return x, labels.long()
+    return x, dataset.targets.long()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m going_modular.datasets --prepare fashion-mnist``: get the data ready
+    (``make test`` runs it first); exit 1 with one line saying what to run if it cannot."""
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(
+        prog="python -m going_modular.datasets",
+        description="Get a dataset ready before any chapter or test needs it.",
+    )
+    parser.add_argument("--prepare", choices=["fashion-mnist"], required=True)
+    parser.parse_args(argv)
+    try:
+        source = prepare_fashion_mnist()
+    except DownloadError as error:
+        print(error, file=sys.stderr)
+        return 1
+    print(f"Fashion-MNIST is ready ({source}).")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,23 +1,31 @@
-"""Safe downloads: checked HTTP status, a timeout, an optional SHA-256, atomic extraction.
+"""Safe downloads: checked HTTP status, time limits, an optional SHA-256, atomic extraction.
 
 Nothing half-written is ever left in place: a file is streamed into a temporary folder beside
 its destination, checked, extracted there and only then moved into place. A temporary left
-by a process that was killed is removed by the next call. Every failure is a
-:class:`DownloadError` that names the URL, the cause and what to do.
+by a process that was killed is removed by the next call. A download cannot hang (each read
+has a timeout and the whole transfer a deadline) or fill the disk (the size is capped, and a
+zip's declared size and compression ratio are checked before anything is extracted). Only
+http(s) addresses are fetched. Every failure is a :class:`DownloadError` that names the URL,
+the cause and what to do.
 """
 
 from __future__ import annotations
 
 import errno
+import functools
 import glob
 import hashlib
 import http.client
+import io
+import math
 import os
 import re
 import shutil
+import socket
 import tempfile
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 import zipfile
 import zlib
@@ -40,8 +48,12 @@ _DISK_ERRNOS = {
     errno.EPERM,
     errno.EFBIG,
 }
-# What tempfile appends to a prefix (8 characters), after ``<pid>-`` in this module's names.
-_TEMP_SUFFIX = re.compile(r"(?:(\d+)-)?[a-z0-9_]{8}")
+# Temporaries are ``.<name>.partial-<pid>-`` and tempfile's 8 characters: only such names
+# are ever removed, never a user's ``.<name>-20240101`` backup.
+_TEMP_MARKER = ".partial-"
+_TEMP_SUFFIX = re.compile(r"(\d+)-[a-z0-9_]{8}")
+# Below this many unpacked bytes a zip's compression ratio is not checked (harmless).
+_RATIO_FLOOR = 16 << 20
 
 
 class DownloadError(RuntimeError):
@@ -62,13 +74,11 @@ def sha256_of(path: str | Path) -> str:
 
 
 def temporary_prefix(name: str) -> str:
-    """The prefix of this process's temporary files for ``name``: ``.<name>-<pid>-``."""
-    return f".{name}-{os.getpid()}-"
+    """The prefix of this process's temporaries for ``name``: ``.<name>.partial-<pid>-``."""
+    return f".{name}{_TEMP_MARKER}{os.getpid()}-"
 
 
-def _still_in_use(path: Path, pid: int | None) -> bool:
-    if pid is None:  # written before temporaries carried a process id
-        return False
+def _still_in_use(path: Path, pid: int) -> bool:
     if pid == os.getpid():
         return True
     if os.name != "posix":  # no cheap liveness test: trust anything younger than a day
@@ -83,19 +93,20 @@ def _still_in_use(path: Path, pid: int | None) -> bool:
 
 
 def remove_stale_temporaries(folder: str | Path, name: str) -> list[Path]:
-    """Remove the ``.<name>-*`` temporaries in ``folder`` left by processes that have ended.
+    """Remove the temporaries for ``name`` in ``folder`` left by processes that have ended.
 
-    Downloads and :func:`going_modular.utils.save_model` write to such names and rename the
-    result into place; a kill -9 in between leaves them behind. Temporaries of a process that
-    is still running are kept. Returns what was removed.
+    Downloads write to ``.<name>.partial-<pid>-<8 characters>`` and rename the result into
+    place; a kill -9 in between leaves it behind. Only exact such names are considered (a
+    user's ``.<name>-20240101`` is never touched), and those of a process that is still
+    running are kept. Returns what was removed.
     """
-    folder, prefix = Path(folder), f".{name}-"
+    folder, prefix = Path(folder), f".{name}{_TEMP_MARKER}"
     removed = []
     for path in sorted(folder.glob(glob.escape(prefix) + "*")):
         match = _TEMP_SUFFIX.fullmatch(path.name[len(prefix) :])
-        if match is None:  # another name that starts alike, e.g. ".food-extra-..."
+        if match is None:  # another name that starts alike
             continue
-        pid = int(match.group(1)) if match.group(1) else None
+        pid = int(match.group(1))
         try:
             if _still_in_use(path, pid):
                 continue
@@ -109,10 +120,115 @@ def remove_stale_temporaries(folder: str | Path, name: str) -> list[Path]:
     return removed
 
 
-def _fetch(url: str, target: Path, timeout: float) -> None:
-    """Stream ``url`` into ``target``, checking the status and the announced length."""
+class _DeadlineReader(io.RawIOBase):
+    """A socket's reads, each given at most ``timeout`` seconds and none past ``deadline``
+    (a ``time.monotonic()`` value): a server that trickles bytes cannot hold a download."""
+
+    def __init__(self, sock: socket.socket, deadline: float, timeout: float):
+        super().__init__()
+        self._sock, self._deadline, self._timeout = sock, deadline, timeout
+        # Unbuffered, and counted by the socket: it stays open until this is closed.
+        self._raw = sock.makefile("rb", buffering=0)
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        remaining = self._deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError("the download's deadline has passed")
+        self._sock.settimeout(min(self._timeout, remaining))
+        return self._raw.readinto(buffer)
+
+    def close(self) -> None:
+        self._raw.close()
+        super().close()
+
+
+class _DeadlineSocket:
+    """A connected socket whose responses are read through a :class:`_DeadlineReader`."""
+
+    def __init__(self, sock: socket.socket, deadline: float, timeout: float):
+        self._sock, self._deadline, self._timeout = sock, deadline, timeout
+
+    def makefile(self, mode: str = "rb", *args, **kwargs) -> io.BufferedReader:
+        return io.BufferedReader(
+            _DeadlineReader(self._sock, self._deadline, self._timeout)
+        )
+
+    def __getattr__(self, name: str):
+        return getattr(self._sock, name)
+
+
+class _DeadlineMixin:
+    """An ``http.client`` connection whose every read ends by ``deadline``."""
+
+    def __init__(self, *args, deadline: float, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.deadline = deadline
+
+    def connect(self) -> None:
+        read_timeout = self.timeout
+        self.timeout = max(0.001, min(read_timeout, self.deadline - time.monotonic()))
+        super().connect()
+        self.timeout = read_timeout
+        self.sock = _DeadlineSocket(self.sock, self.deadline, read_timeout)
+
+
+class _HTTPConnection(_DeadlineMixin, http.client.HTTPConnection):
+    pass
+
+
+class _HTTPSConnection(_DeadlineMixin, http.client.HTTPSConnection):
+    pass
+
+
+class _HTTPHandler(urllib.request.HTTPHandler):
+    def __init__(self, deadline: float):
+        super().__init__()
+        self.deadline = deadline
+
+    def http_open(self, req):
+        connection = functools.partial(_HTTPConnection, deadline=self.deadline)
+        return self.do_open(connection, req)
+
+
+class _HTTPSHandler(urllib.request.HTTPSHandler):
+    def __init__(self, deadline: float):
+        super().__init__()
+        self.deadline = deadline
+
+    def https_open(self, req):
+        connection = functools.partial(_HTTPSConnection, deadline=self.deadline)
+        return self.do_open(connection, req, context=self._context)
+
+
+def _opener(deadline: float) -> urllib.request.OpenerDirector:
+    """urllib's opener for http(s) only (redirects, proxies), every read ending by
+    ``deadline``; no file://, ftp:// or data: handlers, even through a redirect."""
+    opener = urllib.request.OpenerDirector()
+    for handler in (
+        urllib.request.ProxyHandler(),
+        urllib.request.UnknownHandler(),
+        urllib.request.HTTPDefaultErrorHandler(),
+        urllib.request.HTTPRedirectHandler(),
+        urllib.request.HTTPErrorProcessor(),
+        _HTTPHandler(deadline),
+        _HTTPSHandler(deadline),
+    ):
+        opener.add_handler(handler)
+    return opener
+
+
+def _fetch(
+    url: str, target: Path, timeout: float, deadline: float, max_size: int
+) -> None:
+    """Stream ``url`` into ``target``, checking the status, the announced length, the
+    ``max_size`` and the ``deadline`` (seconds for the whole transfer)."""
+    end = time.monotonic() + deadline
+    expected, received = None, 0
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:
+        with _opener(end).open(url, timeout=timeout) as response:
             status = getattr(response, "status", 200)
             if status != 200:
                 raise _fail(
@@ -120,39 +236,53 @@ def _fetch(url: str, target: Path, timeout: float) -> None:
                 )
             expected = response.headers.get("Content-Length")
             expected = int(expected) if expected is not None else None
-            received = 0
+            if expected is not None and expected > max_size:
+                raise _too_large(
+                    url, f"the server announces {_size(expected)}", max_size
+                )
             with (
                 open(target, "wb") as f,
                 tqdm(
                     total=expected, unit="B", unit_scale=True, desc=target.name[:30]
                 ) as bar,
             ):
-                for chunk in iter(lambda: response.read(CHUNK), b""):
-                    f.write(chunk)
+                while chunk := response.read1(CHUNK):
                     received += len(chunk)
+                    if received > max_size:
+                        raise _too_large(
+                            url, f"it sends more than {_size(max_size)}", max_size
+                        )
+                    f.write(chunk)
                     bar.update(len(chunk))
     except urllib.error.HTTPError as e:
         raise _fail(url, f"HTTP status {e.code} ({e.reason})", "Check the URL.") from e
-    except ValueError as e:  # urllib's "unknown url type"
+    except ValueError as e:  # urllib's "unknown url type", a malformed address
         raise _fail(
             url, f"this is not a URL ({e})", "Pass an http(s):// address."
         ) from e
-    except http.client.HTTPException as e:  # IncompleteRead, a malformed response, ...
-        raise _fail(
-            url,
-            f"the connection broke off mid-transfer ({type(e).__name__})",
-            "The download was interrupted; run it again.",
-        ) from e
-    except OSError as e:
-        if e.filename is not None or e.errno in _DISK_ERRNOS:  # the disk, not the net
-            raise
-        reason = getattr(e, "reason", e)
-        if "unknown url type" in str(reason):
+    except (http.client.HTTPException, OSError) as e:
+        if isinstance(e, OSError) and (
+            e.filename is not None or e.errno in _DISK_ERRNOS
+        ):
+            raise  # the disk, not the network
+        if time.monotonic() >= end:
             raise _fail(
-                url, f"this is not a URL ({reason})", "Pass an http(s) address."
+                url,
+                f"it did not finish within its deadline of {deadline:g} s ({_size(received)} "
+                "received)",
+                "The server is too slow or stalled; try again later, or pass a longer "
+                "deadline=.",
+            ) from e
+        if isinstance(e, http.client.HTTPException):  # IncompleteRead, a bad response
+            raise _fail(
+                url,
+                f"the connection broke off mid-transfer ({type(e).__name__})",
+                "The download was interrupted; run it again.",
             ) from e
         raise _fail(
-            url, f"network error ({reason})", "Check your connection and retry."
+            url,
+            f"network error ({getattr(e, 'reason', e)})",
+            "Check your connection and retry.",
         ) from e
     if expected is not None and received != expected:
         raise _fail(
@@ -162,16 +292,37 @@ def _fetch(url: str, target: Path, timeout: float) -> None:
         )
 
 
+def _size(n: int) -> str:
+    return f"{n / 1e6:,.1f} MB" if n >= 1e5 else f"{n:,} bytes"
+
+
+def _too_large(url: str, what: str, max_size: int) -> DownloadError:
+    return _fail(
+        url,
+        f"{what}, above max_size={max_size:,} bytes",
+        "If you expect that much, pass a larger max_size=; nothing was kept.",
+    )
+
+
+def _looks_like_html(head: bytes) -> bool:
+    """Whether a file's first bytes are a web page's."""
+    return head.lstrip().lower().startswith((b"<!doctype", b"<html"))
+
+
+def _web_page(url: str, expected: str) -> DownloadError:
+    return _fail(
+        url,
+        f"the server sent a web page (HTML), not {expected}",
+        "The URL probably leads to a download or login page; use the file's direct "
+        "link. Nothing was kept.",
+    )
+
+
 def _not_a_zip(archive: Path, url: str) -> DownloadError:
     with open(archive, "rb") as f:
         head = f.read(512)
-    if b"<html" in head.lower() or head.lstrip().lower().startswith(b"<!doctype"):
-        return _fail(
-            url,
-            "the server sent a web page (HTML), not a zip archive",
-            "The URL probably leads to a download or login page; use the file's direct "
-            "link. Nothing was kept.",
-        )
+    if _looks_like_html(head) or b"<html" in head.lower():
+        return _web_page(url, "a zip archive")
     return _fail(
         url,
         f"the file is not a valid zip archive (it starts with {head[:16]!r})",
@@ -179,14 +330,20 @@ def _not_a_zip(archive: Path, url: str) -> DownloadError:
     )
 
 
-def _safe_extract(archive: Path, destination: Path, url: str) -> None:
-    """Extract a zip, refusing any member that would land outside ``destination``."""
+def _safe_extract(
+    archive: Path, destination: Path, url: str, max_size: int, max_ratio: float
+) -> None:
+    """Extract a zip into ``destination``, checked first: no member may land outside it,
+    and the sizes in its central directory must fit ``max_size``, ``max_ratio`` (unpacked
+    / packed bytes) and the free disk space. ``zipfile`` stops each member at that
+    declared size, so a member whose header lies ends as a CRC error, not a full disk."""
     if not zipfile.is_zipfile(archive):
         raise _not_a_zip(archive, url)
     root = destination.resolve()
     try:
         with zipfile.ZipFile(archive) as zf:
-            for member in zf.infolist():
+            members = zf.infolist()
+            for member in members:
                 target = (root / member.filename).resolve()
                 if target != root and root not in target.parents:
                     raise _fail(
@@ -195,6 +352,10 @@ def _safe_extract(archive: Path, destination: Path, url: str) -> None:
                         f"{destination.name}",
                         "The archive is unsafe; it was not extracted.",
                     )
+            total = sum(member.file_size for member in members)
+            _check_unpacked_size(
+                url, total, archive.stat().st_size, root, max_size, max_ratio
+            )
             zf.extractall(root)
     except (zipfile.BadZipFile, zlib.error, EOFError) as e:
         raise _fail(
@@ -211,6 +372,43 @@ def _safe_extract(archive: Path, destination: Path, url: str) -> None:
             f"the zip archive cannot be extracted here ({e})",
             "Extract it by hand into the data folder, or use another copy.",
         ) from e
+
+
+def _check_unpacked_size(
+    url: str, total: int, packed: int, root: Path, max_size: int, max_ratio: float
+) -> None:
+    """Refuse a zip whose declared contents are too large, too compressed or bigger than
+    the free disk space, before anything is extracted."""
+    if total > max_size:
+        raise _too_large(url, f"the archive would unpack to {_size(total)}", max_size)
+    if total > _RATIO_FLOOR and total > max_ratio * packed:
+        raise _fail(
+            url,
+            f"the archive would unpack {_size(packed)} into {_size(total)}, a compression "
+            f"ratio of {total / packed:,.0f} above max_ratio={max_ratio:g} (a zip bomb?)",
+            "If you trust it, pass a larger max_ratio=; nothing was extracted.",
+        )
+    free = shutil.disk_usage(root).free
+    if total > free:
+        raise _fail(
+            url,
+            f"the archive would unpack to {_size(total)} but {root} has {_size(free)} free",
+            "Free some disk space, or pass data_dir= to download elsewhere.",
+        )
+
+
+def _check_source(source: str) -> None:
+    """Refuse anything but an http(s) address, before any work."""
+    scheme = urllib.parse.urlsplit(source).scheme.lower() if source else ""
+    if not scheme or "://" not in source:
+        raise _fail(source, "this is not a URL", "Pass an http(s):// address.")
+    if scheme not in ("http", "https"):
+        raise _fail(
+            source,
+            f"only http:// and https:// addresses are downloaded, not {scheme}://",
+            "For a file already on this computer, copy or extract it into the data "
+            "folder yourself.",
+        )
 
 
 def _verify_existing(folder: Path, url: str, sha256: str) -> None:
@@ -241,6 +439,9 @@ def download_data(
     sha256: str | None = None,
     data_dir: str | Path | None = None,
     timeout: float = 30.0,
+    deadline: float = 7200.0,
+    max_size: int = 16 << 30,
+    max_ratio: float = 100.0,
 ) -> Path:
     """Download ``source`` into ``data_dir/destination`` and return that folder.
 
@@ -249,10 +450,18 @@ def download_data(
     checked, against the digest recorded in it (``.source.sha256``) when it was made.
     ``remove_source=False`` keeps the downloaded zip beside the folder.
 
+    Only ``http://`` and ``https://`` addresses are fetched. ``timeout`` bounds each wait
+    for data and ``deadline`` the whole transfer (seconds). ``max_size`` caps the bytes
+    downloaded and a zip's unpacked size; a zip unpacking to more than ``max_ratio`` times
+    its size (above 16 MB) is refused as a likely zip bomb. Both are checked from the zip's
+    directory before anything is extracted.
+
     Raises:
-        DownloadError: offline (``BOOK_OFFLINE=1``), a bad HTTP status, a network error,
-            an interrupted transfer, a wrong checksum, an unsafe or corrupt archive, or a
-            folder that cannot be written. In every case nothing is left in ``data_dir``.
+        DownloadError: offline (``BOOK_OFFLINE=1``), a bad URL or argument, a bad HTTP
+            status, a network error, a missed deadline, an interrupted transfer, a web
+            page instead of the file, a wrong checksum, an unsafe, corrupt or too large
+            archive, or a folder that cannot be written. In every case nothing is left in
+            ``data_dir``.
     """
     if not destination or Path(destination).name != destination or destination in ".":
         raise _fail(
@@ -260,6 +469,21 @@ def download_data(
             f"destination {destination!r} is not a plain folder name",
             "Pass a name such as 'pizza_steak_sushi'; data_dir= chooses where it goes.",
         )
+    _check_source(source)
+    for name, value, low in (
+        ("timeout", timeout, 0),
+        ("deadline", deadline, 0),
+        ("max_size", max_size, 0),
+        ("max_ratio", max_ratio, 1),
+    ):
+        if isinstance(value, bool) or not (
+            isinstance(value, int | float) and math.isfinite(value) and value > low
+        ):
+            raise _fail(
+                source,
+                f"{name}={value!r} is not a number above {low}",
+                f"Pass a positive {name}= (the default is usually right).",
+            )
     root = Path(data_dir) if data_dir is not None else default_data_dir()
     folder = root / destination
     try:
@@ -280,7 +504,16 @@ def download_data(
         workdir = Path(tempfile.mkdtemp(prefix=temporary_prefix(destination), dir=root))
         try:
             _download_into(
-                source, destination, root, workdir, sha256, remove_source, timeout
+                source,
+                destination,
+                root,
+                workdir,
+                sha256,
+                remove_source,
+                timeout=timeout,
+                deadline=deadline,
+                max_size=max_size,
+                max_ratio=max_ratio,
             )
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
@@ -302,13 +535,17 @@ def _download_into(
     workdir: Path,
     sha256: str | None,
     remove_source: bool,
+    *,
     timeout: float,
+    deadline: float,
+    max_size: int,
+    max_ratio: float,
 ) -> None:
     """Fetch, verify and extract ``source`` in ``workdir``, then move it into place."""
     filename = Path(source.split("?")[0]).name or "download"
     archive = workdir / filename
     print(f"[INFO] Downloading {source} ...")
-    _fetch(source, archive, timeout)
+    _fetch(source, archive, timeout, deadline, max_size)
     actual = sha256_of(archive)
     if sha256 is not None and actual != sha256.lower():
         raise _fail(
@@ -319,8 +556,13 @@ def _download_into(
     staged = workdir / "contents"
     staged.mkdir()
     if zipfile.is_zipfile(archive) or filename.endswith(".zip"):
-        _safe_extract(archive, staged, source)
+        _safe_extract(archive, staged, source, max_size, max_ratio)
     else:
+        with open(archive, "rb") as f:
+            if _looks_like_html(f.read(512)) and not filename.endswith(
+                (".htm", ".html")
+            ):
+                raise _web_page(source, f"the file {filename} it names")
         shutil.copy2(archive, staged / filename)
     (staged / RECORD).write_text(actual + "\n")
     folder = root / destination

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from numbers import Integral
 
 import torch
 from torch import nn
@@ -22,23 +23,31 @@ def param_groups_weight_decay(model: nn.Module, weight_decay: float) -> list[dic
 
 def warmup_cosine_schedule(
     optimizer: torch.optim.Optimizer,
-    warmup_steps: int,
+    warmup_steps: float,
     total_steps: int,
     min_factor: float = 0.0,
 ) -> torch.optim.lr_scheduler.LambdaLR:
     """Linear warmup from 0 over ``warmup_steps``, then cosine decay to ``min_factor`` x LR.
 
     Step it once per optimizer step (the engine does, when given it as ``scheduler``).
+    Step ``s`` of the warmup gets ``min(1, (s + 1) / warmup_steps)`` of the LR, so a
+    fractional ``warmup_steps`` never overshoots the peak.
     """
-    if total_steps <= 0 or not 0 <= warmup_steps <= total_steps:
+    if not isinstance(total_steps, Integral) or total_steps < 1:
         raise ValueError(
-            f"Need 0 <= warmup_steps <= total_steps and total_steps > 0, "
-            f"got warmup_steps={warmup_steps}, total_steps={total_steps}."
+            f"total_steps must be a positive integer, got {total_steps!r}."
         )
+    if not 0 <= warmup_steps <= total_steps:  # also refuses NaN
+        raise ValueError(
+            f"warmup_steps must satisfy 0 <= warmup_steps <= total_steps "
+            f"({total_steps}), got {warmup_steps!r}."
+        )
+    if not 0 <= min_factor <= 1:
+        raise ValueError(f"min_factor must be in [0, 1], got {min_factor!r}.")
 
     def factor(step: int) -> float:
         if step < warmup_steps:
-            return (step + 1) / warmup_steps
+            return min(1.0, (step + 1) / warmup_steps)
         progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
         return min_factor + (1 - min_factor) * 0.5 * (
             1 + math.cos(math.pi * min(progress, 1.0))

@@ -14,8 +14,19 @@ def project_root() -> Path | None:
 
 
 def data_dir() -> Path:
-    """Where datasets land: ``$BOOK_DATA_DIR``, else the checkout's ``data/``, else ``./data``."""
+    """Where datasets land: ``$BOOK_DATA_DIR``, else the checkout's ``data/``, else ``./data``.
+
+    Raises NotADirectoryError when ``$BOOK_DATA_DIR`` is, or lies inside, a file.
+    """
     if env := os.environ.get("BOOK_DATA_DIR"):
-        return Path(env)
+        path = Path(env).expanduser()
+        existing = next(p for p in (path, *path.parents) if p.exists())
+        if not existing.is_dir():
+            raise NotADirectoryError(
+                f"BOOK_DATA_DIR={env}: {existing} is a file, not a folder. Point "
+                "BOOK_DATA_DIR to a folder (it is made if missing), or unset it to use "
+                "the project's data/."
+            )
+        return path
     root = project_root()
     return (root if root is not None else Path.cwd()) / "data"

@@ -6,39 +6,135 @@
     the code works.
   - ``cpu``: a reader's laptop. Each chapter at most about 10 minutes on 2 CPU cores, sized
     so that every experiment shows its lesson. The book's stored outputs come from it.
-  - ``full``: a GPU, the papers' settings.
+  - ``gpu``: a Colab T4 (16 GB). Each chapter at most about 15 minutes, on the papers'
+    datasets (CIFAR-10, pizza/steak/sushi, ImageNet-pretrained ViT-B/16) when online.
+  - ``full``: the papers' settings; hours on a GPU. Opt-in only.
 
-  Unset, it is ``full`` when a CUDA GPU is present and ``cpu`` otherwise.
+  Unset, it is ``gpu`` when a CUDA GPU is present (or in a dry run) and ``cpu`` otherwise.
 * ``BOOK_OFFLINE``: ``1`` means never touch the network; every dataset getter reads local
   files (Fashion-MNIST from Debian's package) or its labelled stand-in. CI sets it.
+* ``BOOK_DRY_RUN``: ``1`` runs a chapter's code paths with every loop capped at
+  :data:`DRY_RUN_STEPS` steps (see :func:`cap`), e.g. the gpu setting on a CPU in CI.
+* ``BOOK_FIXTURES``: ``1`` says that the online datasets and weights are small local test
+  fixtures (served by ``tests/dry_run_fixtures.py``); every getter says so loudly.
+* ``BOOK_CHECKPOINT_DIR``: where the gpu and full settings' training runs keep their
+  per-epoch checkpoints (default ``./runs``); point it at Google Drive on Colab.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import platform
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
 import torch
 
-SETTINGS = ("quick", "cpu", "full")
+__all__ = [
+    "SETTINGS",
+    "DRY_RUN_STEPS",
+    "T4_FP16_PEAK",
+    "T4_FP32_PEAK",
+    "STEP_OVERHEAD_S",
+    "Work",
+    "announce_fixture",
+    "cap",
+    "checkpoint_root",
+    "describe",
+    "dry_run_steps",
+    "gpu_plan",
+    "hardware",
+    "is_dry_run",
+    "is_offline",
+    "is_quick",
+    "pick",
+    "run_dir",
+    "setting",
+    "uses_fixtures",
+]
+
+SETTINGS = ("quick", "cpu", "gpu", "full")
 _DESCRIPTIONS = {
-    "quick": "QUICK (CI: each chapter <= ~3 min on 2 CPU cores; runs check the code, not lessons)",
-    "cpu": "CPU (a laptop: each chapter <= ~10 min on 2 CPU cores, sized to show each lesson)",
-    "full": "FULL (a GPU: the papers' settings)",
+    "quick": "QUICK (CI, 2 CPU cores: <= ~3 min a chapter; checks code, not lessons)",
+    "cpu": "CPU (2-core laptop: <= ~10 min a chapter, sized to show each lesson)",
+    "gpu": "GPU (a Colab T4: <= ~15 min a chapter, the papers' datasets)",
+    "full": "FULL (the papers' settings: hours on a GPU)",
 }
+DRY_RUN_STEPS = 2
+# NVIDIA T4 datasheet peaks: fp16/fp32 mixed precision on tensor cores, and plain fp32.
+T4_FP16_PEAK = 65e12
+T4_FP32_PEAK = 8.1e12
+# What a T4 achieves on the book's mid-size models (a judgement, not a measurement here):
+# small kernels, attention's softmax and LayerNorms keep a transformer far from peak.
+_ACHIEVED = {True: 0.25, False: 0.5}  # amp (fp16 autocast) -> fraction of the fp16 peak
+# Small models are launch-bound, not compute-bound: a training step (forward, backward,
+# optimiser) launches hundreds of kernels of ~10 us each; a test batch about a third.
+STEP_OVERHEAD_S = {True: 5e-3, False: 1.5e-3}  # training -> seconds per batch
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
+_WIDTH = 80
 T = TypeVar("T")
-_SAME_AS_QUICK = object()
+_UNSET = object()
+# Which value each setting takes in pick(): its own, else the next one given.
+_PICK_ORDER = {
+    "quick": ("quick",),
+    "cpu": ("cpu", "quick"),
+    "gpu": ("gpu", "cpu", "quick"),
+    "full": ("full",),
+}
+
+
+def _flag(name: str) -> bool:
+    value = os.environ.get(name, "").strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ValueError(f"{name}={value!r} is not understood; set it to 1 or 0.")
+
+
+def is_dry_run() -> bool:
+    """True when every loop is capped at a few steps (``BOOK_DRY_RUN=1``)."""
+    return _flag("BOOK_DRY_RUN")
+
+
+def dry_run_steps() -> int | None:
+    """The step cap of a dry run (:data:`DRY_RUN_STEPS`), or None when this is no dry run."""
+    return DRY_RUN_STEPS if is_dry_run() else None
+
+
+def cap(n: T, at: int | None = None) -> T:
+    """``n``, or at most ``at`` (default :data:`DRY_RUN_STEPS`) in a dry run.
+
+    ``n`` is a count (steps, epochs, seconds, images per class), ``None`` for "no limit"
+    (``max_steps_per_epoch=cap(None)`` is None normally and the cap in a dry run), or a
+    sequence such as the seeds to run over, then cut to its first ``at`` items.
+    """
+    if not is_dry_run():
+        return n
+    limit = DRY_RUN_STEPS if at is None else at
+    if n is None:
+        return limit
+    return n[:limit] if isinstance(n, (list, tuple, range)) else min(n, limit)
+
+
+def uses_fixtures() -> bool:
+    """True when online data and weights come from local test fixtures (``BOOK_FIXTURES=1``)."""
+    return _flag("BOOK_FIXTURES")
+
+
+def announce_fixture(name: str, detail: str) -> None:
+    """Print the loud one-line notice that ``name`` is a test fixture, not the real thing."""
+    print(f"[FIXTURE] {name}: {detail} (BOOK_FIXTURES=1; results mean nothing)")
 
 
 def setting() -> str:
-    """The setting in force: ``"quick"``, ``"cpu"`` or ``"full"`` (see the module's doc)."""
+    """The setting in force: ``"quick"``, ``"cpu"``, ``"gpu"`` or ``"full"`` (see the module)."""
     value = os.environ.get("BOOK_SETTING", "").strip().lower()
     if not value:
-        return "full" if torch.cuda.is_available() else "cpu"
+        return "gpu" if torch.cuda.is_available() or is_dry_run() else "cpu"
     if value not in SETTINGS:
         raise ValueError(
             f"BOOK_SETTING={value!r} is not understood; set it to one of {SETTINGS}."
@@ -53,25 +149,37 @@ def is_quick() -> bool:
 
 def is_offline() -> bool:
     """True when the network must not be touched (``BOOK_OFFLINE=1``)."""
-    value = os.environ.get("BOOK_OFFLINE", "").strip().lower()
-    if value in _TRUE:
-        return True
-    if value in _FALSE:
-        return False
-    raise ValueError(f"BOOK_OFFLINE={value!r} is not understood; set it to 1 or 0.")
+    return _flag("BOOK_OFFLINE")
 
 
-def pick(quick: T, full: T, cpu: T = _SAME_AS_QUICK) -> T:  # type: ignore[assignment]
-    """The value for the setting in force: ``EPOCHS = pick(quick=1, cpu=8, full=200)``.
+def pick(quick: T, full: T, cpu: T = _UNSET, gpu: T = _UNSET) -> T:  # type: ignore[assignment]
+    """The value for the setting in force: ``EPOCHS = pick(quick=1, cpu=8, gpu=30, full=200)``.
 
-    Without ``cpu=``, the cpu setting takes the quick value (for cells that are already fast).
+    Without ``cpu=``, the cpu setting takes the quick value (for cells that are already fast);
+    without ``gpu=``, the gpu setting takes the cpu value.
+    """
+    values = {"quick": quick, "cpu": cpu, "gpu": gpu, "full": full}
+    order = _PICK_ORDER[setting()]
+    return next(values[name] for name in order if values[name] is not _UNSET)
+
+
+def checkpoint_root(chapter: str) -> Path | None:
+    """Where ``chapter``'s training runs keep per-epoch checkpoints, or None (quick, cpu).
+
+    ``BOOK_CHECKPOINT_DIR/chapter/setting``, by default ``runs/chapter/gpu``: each setting
+    its own runs. On Colab point ``BOOK_CHECKPOINT_DIR`` (or the chapter's
+    ``CHECKPOINT_DIR``) at Google Drive, e.g. ``/content/drive/MyDrive/vit-book``, and a
+    re-run picks up where a disconnect stopped it.
     """
     name = setting()
-    if name == "full":
-        return full
-    if name == "cpu" and cpu is not _SAME_AS_QUICK:
-        return cpu
-    return quick
+    if name not in ("gpu", "full"):
+        return None
+    return Path(os.environ.get("BOOK_CHECKPOINT_DIR") or "runs") / chapter / name
+
+
+def run_dir(root: str | Path | None, name: str) -> Path | None:
+    """``root/name``, the folder of one training run, or None when ``root`` is None."""
+    return None if root is None else Path(root) / name
 
 
 def hardware() -> str:
@@ -85,13 +193,90 @@ def hardware() -> str:
             if line.startswith("model name"):
                 model = line.split(":", 1)[1].strip()
                 break
-    return f"cpu ({model}; {os.cpu_count()} cores, torch uses {torch.get_num_threads()} threads)"
+    return f"cpu ({model}; {os.cpu_count()} cores, {torch.get_num_threads()} threads)"
+
+
+def _fit(line: str) -> str:
+    return line if len(line) <= _WIDTH else line[: _WIDTH - 3] + "..."
 
 
 def describe() -> str:
-    """The setting, the network switch and the hardware, for a chapter's first output."""
+    """The setting, network, hardware (and dry run), in at most 3 lines of <= 80 characters."""
     network = "offline (local data only)" if is_offline() else "online"
-    return (
-        f"Setting: {_DESCRIPTIONS[setting()]}\n"
-        f"Network: {network} | hardware: {hardware()} | torch {torch.__version__}"
-    )
+    lines = [
+        f"Setting: {_DESCRIPTIONS[setting()]}",
+        f"Network: {network} | torch {torch.__version__.split('+')[0]} | {hardware()}",
+    ]
+    if is_dry_run() or uses_fixtures():
+        lines.append(
+            "DRY RUN: every loop capped at a few steps; "
+            + ("data and weights are test FIXTURES" if uses_fixtures() else "real data")
+        )
+    return "\n".join(_fit(line) for line in lines)
+
+
+@dataclass(frozen=True)
+class Work:
+    """One part of a chapter's compute: ``images`` through a model in batches of ``batch``.
+
+    ``training`` parts count forward and backward, about 3x the forward MACs, and one
+    optimiser step per batch.
+    """
+
+    label: str
+    images: int
+    macs_per_image: float
+    batch: int
+    training: bool = True
+
+    @property
+    def macs(self) -> float:
+        return self.images * self.macs_per_image * (3 if self.training else 1)
+
+    @property
+    def overhead_s(self) -> float:
+        """Kernel-launch time of its batches (:data:`STEP_OVERHEAD_S`)."""
+        return math.ceil(self.images / self.batch) * STEP_OVERHEAD_S[self.training]
+
+
+def _si(value: float, unit: str) -> str:
+    """``value`` with an SI prefix: ``_si(1.46e9, "MAC") == "1.46 GMAC"``."""
+    exponent = min(max(int(math.log10(max(value, 1)) // 3), 0), 6)
+    return f"{value / 10 ** (3 * exponent):.3g} {' kMGTPE'[exponent].strip()}{unit}"
+
+
+def gpu_plan(*work: Work, amp: bool = True, note: str = "") -> str:
+    """The gpu setting's work and an estimate of its minutes on a Colab T4.
+
+    The estimate assumes 25% of the T4's fp16 tensor-core peak (65 TFLOP/s) with ``amp``,
+    50% of its fp32 peak (8.1 TFLOP/s) without; 1 MAC = 2 FLOP, training = 3x forward;
+    plus 5 ms per training step and 1.5 ms per test batch of launch overhead. Data loading
+    and downloads are not included. With no ``work``, says that nothing needs a GPU.
+    ``note`` adds a last line.
+    """
+    lines = ["Plan in the gpu setting (a Colab T4; an estimate, not a measurement):"]
+    if not work:
+        lines.append("  no training here: every cell takes seconds, on a GPU or not")
+    for part in work:
+        kind = "x 3 (train)" if part.training else "(test)"
+        lines.append(
+            f"  {part.label}: {part.images:,} image{'s' * (part.images != 1)} x "
+            f"{_si(part.macs_per_image, 'MAC')} {kind}"
+        )
+    if work:
+        peak, fraction = (T4_FP16_PEAK if amp else T4_FP32_PEAK), _ACHIEVED[amp]
+        flop = 2 * sum(part.macs for part in work)
+        overhead = sum(part.overhead_s for part in work)
+        minutes = (flop / (fraction * peak) + overhead) / 60
+        precision = "fp16 autocast" if amp else "fp32"
+        lines.append(
+            f"  = {_si(flop, 'FLOP')} at {fraction:.0%} of the T4's {precision} peak "
+            f"({peak / 1e12:.3g} TFLOP/s)"
+        )
+        lines.append(
+            f"    + {overhead / 60:.2g} min of launch overhead (5 ms a step): "
+            + (f"~{minutes:.2g} min" if minutes >= 0.1 else "< 0.1 min")
+        )
+    if note:
+        lines.append(f"  {note}")
+    return "\n".join(lines)

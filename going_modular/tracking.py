@@ -11,6 +11,8 @@ the chapters then read the runs back to draw their plots::
 The store is ``sqlite:///<project>/runs/mlflow.db`` (``runs/`` is not committed), or
 ``$BOOK_MLFLOW_URI`` when set. :func:`ui_command` gives the command that opens MLflow's
 web UI on it. MLflow's usage telemetry is switched off, since the book runs offline.
+MLflow is the ``tracking`` extra (``pip install "vit-from-scratch[tracking]"``), imported
+on first use: this module imports without it, and :func:`require_mlflow` says what to run.
 """
 
 from __future__ import annotations
@@ -20,20 +22,34 @@ import os
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
-os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+import pandas as pd
+import torch
+from torch import nn
 
-import mlflow  # noqa: E402
-import pandas as pd  # noqa: E402
-import torch  # noqa: E402
-from mlflow.entities import Run  # noqa: E402
-from torch import nn  # noqa: E402
+from . import engine
+from .paths import project_root
 
-from . import engine  # noqa: E402
-from .paths import project_root  # noqa: E402
+if TYPE_CHECKING:
+    from mlflow.entities import Run
 
 URI_VARIABLE = "BOOK_MLFLOW_URI"
+INSTALL_HINT = (
+    'MLflow and Ax are not installed: run  pip install "vit-from-scratch[tracking]"  '
+    "(or, from a checkout,  pip install -e '.[tracking]')."
+)
+
+
+def require_mlflow() -> ModuleType:
+    """``mlflow``, imported on first use (it is an extra); a clear ImportError if absent."""
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    try:
+        import mlflow
+    except ModuleNotFoundError as error:
+        raise ModuleNotFoundError(INSTALL_HINT, name="mlflow") from error
+    return mlflow
 
 
 def default_store() -> Path:
@@ -87,6 +103,7 @@ def _store_lock(uri: str) -> Iterator[None]:
 
 def use_experiment(name: str, uri: str | None = None) -> str:
     """Point MLflow at the store and at experiment ``name`` (created if new); return its id."""
+    mlflow = require_mlflow()
     uri = uri or tracking_uri()
     with _store_lock(uri):
         mlflow.set_tracking_uri(uri)
@@ -110,6 +127,7 @@ def start_run(
     uri: str | None = None,
 ) -> Iterator[Run]:
     """A run of ``experiment`` with ``params`` logged; metrics logged inside go to it."""
+    mlflow = require_mlflow()
     use_experiment(experiment, uri)
     with mlflow.start_run(run_name=run_name, tags=dict(tags or {})) as run:
         if params:
@@ -123,6 +141,7 @@ def _loggable(value: Any) -> Any:
 
 def log_epoch(metrics: Mapping[str, float], epoch: int) -> None:
     """Log one epoch's metrics to the active run, with ``step=epoch``."""
+    mlflow = require_mlflow()
     mlflow.log_metrics({k: float(v) for k, v in metrics.items()}, step=epoch)
 
 
@@ -156,6 +175,7 @@ def fit_logged(
     stops there: the run gets the tag ``diverged`` (the epoch) and the history ends with
     the last complete epoch.
     """
+    mlflow = require_mlflow()
     if epochs <= 0:
         raise ValueError(f"epochs must be a positive integer, got {epochs}.")
     if mlflow.active_run() is None:
@@ -199,6 +219,7 @@ def read_runs(
 ) -> pd.DataFrame:
     """The finished runs of ``experiment`` (one row each, ``params.*`` and the last
     ``metrics.*``), oldest first; empty if the experiment does not exist."""
+    mlflow = require_mlflow()
     mlflow.set_tracking_uri(uri or tracking_uri())
     if mlflow.get_experiment_by_name(experiment) is None:
         return pd.DataFrame()
@@ -215,6 +236,7 @@ def metric_histories(
 ) -> pd.DataFrame:
     """Every logged value of ``keys`` for ``runs``: columns run_id, key, step, value plus
     the runs' ``params.*`` columns, one row per (run, metric, step)."""
+    mlflow = require_mlflow()
     client = mlflow.MlflowClient(uri or tracking_uri())
     params = [c for c in runs.columns if c.startswith("params.")]
     rows = []

@@ -1,11 +1,21 @@
 """Train a model from the command line: ``python -m going_modular.train --help``.
 
-A run writes three files to ``--output-dir``: the checkpoint (``model.pth``), the per-epoch
-results (``results.json``, strict JSON with the run's id and status) and the loss and accuracy
-curves (``loss_curves.png``). Files of an earlier run there are first moved to ``previous/``.
+Each run writes into its own new folder ``<output-dir>/<YYYYmmdd-HHMMSS>-<id>/`` (``runs/``
+by default): the model (``model.pth``), the per-epoch results (``results.json``, strict JSON
+with the run's id, status, options and the SHA-256 of the ``model.pth`` they belong to, written
+after it) and the loss and accuracy curves (``loss_curves.png``); until the run is complete, it
+also holds the training checkpoint that ``--resume`` continues from (``checkpoint.pth``).
+``<output-dir>/latest`` then points to the newest run that saved a model. No run deletes or
+moves another run's files, and a lock refuses a second run into the same output folder while
+one is running.
+
 Bad numbers, an unusable output folder and a model that does not fit the images are refused
-before any data is prepared. Ctrl-C saves the last completed epoch and exits with code 130; a
-NaN or infinite loss stops the run with an error (exit code 1) and saves no checkpoint.
+before any data is prepared. Ctrl-C, SIGTERM (``kill``, ``timeout``, ``docker stop``, a
+scheduler) and SIGHUP save the last completed epoch, mark the run ``interrupted`` and exit with
+130, 143 or 129; ``--resume RUN_DIR`` continues it from there. A run that fails (a NaN or
+exploding loss, a corrupt image, a full disk) also saves its completed epochs, is marked
+``failed`` with the error, and exits with 1. A failing optional step (the figure, MLflow) is
+only a warning.
 
 ``--dataset fashion_mnist`` trains on Fashion-MNIST (28x28 grey), padded to 32x32 or repeated
 to RGB only when the model needs it; ``--data-dir PATH`` trains on your own images (an
@@ -22,34 +32,28 @@ supplies the defaults of ``--epochs``, ``--batch-size``, ``--lr``, ``--weight-de
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import math
 import os
-import signal
 import sys
 import tempfile
-import threading
-import time
-import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import matplotlib
 
 matplotlib.use("Agg")
 
+import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 from torchvision import transforms  # noqa: E402
 
-from . import augment, data_setup, datasets, engine, gpu_augment, utils  # noqa: E402
-from .download import (  # noqa: E402
-    DownloadError,
-    remove_stale_temporaries,
-    temporary_prefix,
-)
+from . import augment, data_setup, datasets, engine, gpu_augment, runs, utils  # noqa: E402
+from .download import DownloadError  # noqa: E402
 from .models import build_model, list_models  # noqa: E402
 from .optim import param_groups_weight_decay, warmup_cosine_schedule  # noqa: E402
 from .plots import plot_loss_curves  # noqa: E402
@@ -75,7 +79,8 @@ DATASETS = {
 # Fashion-MNIST sizes and channels tried in turn until the model takes one: native 28x28 grey,
 # padded to 32x32 (e.g. patch size 16 or 32-pixel models), resized to 224, then the same in RGB.
 FASHION_INPUTS = [(size, c) for c in (1, 3) for size in (28, 32, 224)]
-RUN_FILES = ("model.pth", "results.json", "loss_curves.png")
+# Options a resumed run may set anew; every other option is the run's own.
+RESUME_MAY_CHANGE = ("time_budget", "num_workers")
 
 
 class UsageError(ValueError):
@@ -83,7 +88,17 @@ class UsageError(ValueError):
 
 
 class TrainingInterrupted(KeyboardInterrupt):
-    """Ctrl-C during training, after the last completed epoch and the results were saved."""
+    """A stop (Ctrl-C, SIGTERM, SIGHUP) during a run, after its completed epochs were saved;
+    ``exit_code`` is 128 + the signal's number."""
+
+    def __init__(self, message: str, exit_code: int = 130):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+class TrainingFailed(RuntimeError):
+    """An error stopped a run after its completed epochs were saved and it was marked
+    ``failed``; the message says what happened and what was kept."""
 
 
 def _finite(text: str) -> float:
@@ -254,7 +269,22 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="fail instead of using the offline stand-in when data can't be fetched",
     )
-    parser.add_argument("--output-dir", type=Path, default=Path("runs/latest"))
+    parser.add_argument(
+        "--output-dir",
+        type=Path,
+        default=Path("runs"),
+        help="each run gets a new folder in it, <timestamp>-<id>/; OUTPUT_DIR/latest "
+        "points to the newest (default: runs)",
+    )
+    parser.add_argument(
+        "--resume",
+        type=Path,
+        default=None,
+        metavar="RUN_DIR",
+        help="continue an interrupted or failed run (e.g. runs/latest) from its last "
+        "completed epoch, with its own options (only --time-budget and --num-workers may "
+        "be given anew)",
+    )
     parser.add_argument(
         "--mlflow",
         action="store_true",
@@ -289,6 +319,9 @@ def make_dataloaders(
     train_transform = train_transform or transform
     test_transform = test_transform or transform
     if data_dir is not None or dataset in ("food", "food20"):
+        checked = (
+            data_dir is not None
+        )  # the CLI checked --data-dir before the run began
         if data_dir is None:
             subset = "10%" if dataset == "food" else "20%"
             data_dir = datasets.get_food_data(subset, fallback=fallback).root
@@ -299,6 +332,7 @@ def make_dataloaders(
             batch_size,
             num_workers,
             test_transform=test_transform,
+            check_images=not checked,
         )
     getter = datasets.get_cifar10 if dataset == "cifar10" else datasets.get_mnist
     if dataset == "fashion_mnist":
@@ -332,7 +366,11 @@ def _resolve_recipe(args: argparse.Namespace) -> augment.CCTRecipe | None:
     explicit.pop(
         "epochs", None
     )  # the run's length; the recipe's own epochs set its proportions
-    return recipe.replace(**explicit)
+    try:
+        return recipe.replace(**explicit)
+    except ValueError as error:
+        flags = ", ".join(f"--{key.replace('_', '-')}" for key in explicit)
+        raise UsageError(f"--recipe {args.recipe} with {flags}: {error}") from None
 
 
 def _loader_options(batch_size: int, workers: int) -> dict:
@@ -406,7 +444,35 @@ def _check_combination(args: argparse.Namespace, recipe) -> None:
             f"--warmup-epochs {args.warmup_epochs:g} is longer than --epochs "
             f"{args.epochs}: shorten the warmup or train longer"
         )
+    if args.weight_decay * args.lr >= 1:
+        raise UsageError(
+            f"--weight-decay {args.weight_decay:g} is too large for --lr {args.lr:g}: "
+            "AdamW multiplies the weights by 1 - lr x weight decay at each step, so their "
+            "product must be below 1 (a weight decay of 0.05 is usual)"
+        )
     _check_gpu_augment(args, recipe)
+    _check_output_dir(args)
+
+
+def _check_output_dir(args: argparse.Namespace) -> None:
+    """Refuse an output folder that is a file, too long a path, or inside the images."""
+    out = args.output_dir
+    try:
+        runs.check_path_length(out)
+    except ValueError as error:
+        raise UsageError(f"--output-dir: {error}") from None
+    if out.exists() and not out.is_dir():
+        raise UsageError(
+            f"--output-dir {out} is an existing file, not a folder: choose another path"
+        )
+    for split in ("train", "test") if args.data_dir is not None else ():
+        images = (args.data_dir / split).resolve()
+        if images == out.resolve() or images in out.resolve().parents:
+            raise UsageError(
+                f"--output-dir {out} is inside {args.data_dir / split}: its files would "
+                f"be read as {split} images (or as a class). Choose a folder outside "
+                f"{args.data_dir}'s train/ and test/"
+            )
 
 
 def _data_label(args: argparse.Namespace) -> str:
@@ -430,6 +496,10 @@ def _input_candidates(args: argparse.Namespace) -> tuple[list[tuple[int, int]], 
                 f"--data-dir {args.data_dir}: train/ has classes {classes} but test/ has "
                 f"{test_classes}; both need the same class folders"
             )
+        try:  # loops, one class, empty classes, unreadable images: before any work
+            data_setup.image_splits(args.data_dir / "train", args.data_dir / "test")
+        except (FileNotFoundError, ValueError) as error:
+            raise UsageError(f"--data-dir {args.data_dir}: {error}") from None
         return [(args.img_size or 224, 3)], len(classes)
     size, channels, num_classes = DATASETS[args.dataset]
     if args.dataset != "fashion_mnist":
@@ -478,13 +548,10 @@ def _fitting_model(args: argparse.Namespace) -> tuple[nn.Module, int, int]:
     )
 
 
-def _prepare_output_dir(out: Path) -> None:
-    """Create ``out`` and check that it is writable; move an earlier run's files to
-    ``out/previous/`` so that they are never mistaken for this run's."""
-    if out.exists() and not out.is_dir():
-        raise UsageError(
-            f"--output-dir {out} is an existing file, not a folder: choose another path"
-        )
+@contextlib.contextmanager
+def _locked_output_dir(out: Path) -> Iterator[None]:
+    """Create ``out``, check that it is writable and hold its lock (see
+    :class:`~going_modular.runs.OutputLock`) for the duration of the run."""
     try:
         out.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=out):
@@ -494,72 +561,128 @@ def _prepare_output_dir(out: Path) -> None:
             f"--output-dir {out} cannot be used: {error.strerror or error}. Choose a "
             "folder you can write to"
         ) from None
-    remove_stale_temporaries(out, "results.json")
-    earlier = [name for name in RUN_FILES if (out / name).exists()]
-    if earlier:
-        (out / "previous").mkdir(exist_ok=True)
-        for name in earlier:
-            os.replace(out / name, out / "previous" / name)
+    lock = runs.OutputLock(out)
+    try:
+        lock.acquire()
+    except runs.RunLockedError as error:
+        raise UsageError(f"--output-dir {error}") from None
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def _options(args: argparse.Namespace) -> dict:
+    """The options as given (before a recipe fills them in), JSON-ready, for ``--resume``."""
+    options = {}
+    for key, value in vars(args).items():
+        if key in ("resume", "output_dir"):
+            continue
+        options[key] = os.path.abspath(value) if isinstance(value, Path) else value
+    return options
+
+
+def _resume_from(args: argparse.Namespace) -> tuple[Path, dict, dict]:
+    """For ``--resume``: the run folder, its record and its results so far; ``args`` takes
+    the run's own options (and ``--time-budget``/``--num-workers`` if given anew)."""
+    run_dir = runs.resolve_run(args.resume)
+    try:
+        saved = json.loads((run_dir / "results.json").read_text())
+        options = dict(saved["options"])
+    except (OSError, ValueError, KeyError, TypeError):
+        raise UsageError(
+            f"--resume {args.resume}: there is no results.json with a run's options "
+            "there. Pass a run folder this command wrote, e.g. runs/latest"
+        ) from None
+    if saved.get("status") == "complete":
+        raise UsageError(
+            f"--resume {args.resume}: that run is complete "
+            f"({saved.get('epochs_completed')} epochs), so there is nothing to continue. "
+            "Start a new run to train for longer"
+        )
+    if not (run_dir / engine.CHECKPOINT_NAME).is_file():
+        raise UsageError(
+            f"--resume {args.resume}: that run stopped before its first epoch was "
+            "complete, so there is nothing to continue from. Start it again without "
+            "--resume"
+        )
+    defaults = vars(build_parser().parse_args([]))
+    changed = [
+        "--" + key.replace("_", "-")
+        for key, value in vars(args).items()
+        if key not in ("resume", *RESUME_MAY_CHANGE) and value != defaults[key]
+    ]
+    if changed:
+        raise UsageError(
+            f"--resume continues a run with its own options, so {', '.join(changed)} "
+            "cannot be given with it (only --time-budget and --num-workers can)"
+        )
+    for key, value in options.items():
+        if key in RESUME_MAY_CHANGE and getattr(args, key) is not None:
+            continue
+        setattr(args, key, Path(value) if key == "data_dir" and value else value)
+    args.output_dir = run_dir.parent
+    record = {k: v for k, v in saved.items() if k not in (*engine.RESULT_KEYS, "error")}
+    results = {k: saved[k] for k in engine.RESULT_KEYS if k in saved}
+    return run_dir, record, results
+
+
+class _Run:
+    """One run's folder and what saving it needs."""
+
+    def __init__(self, run_dir: Path, record: dict, model: nn.Module, img_size: int):
+        self.dir, self.record, self.model = run_dir, record, model
+        self.class_names: list[str] | None = None  # known once the data is prepared
+        self.extra = {"img_size": img_size, "dataset": record["data"]}
+        self.title = f"{record['model']} on {record['data']}"
+
+    def write_results(self, record: dict, results: dict) -> None:
+        runs.write_json(self.dir / runs.RESULTS, record | results)
+
+    def save(self, record: dict, results: dict) -> None:
+        """Save ``model.pth`` and ``results.json`` as a pair (:func:`runs.save_pair`)."""
+        runs.save_pair(
+            self.dir,
+            lambda folder: utils.save_model(
+                self.model,
+                folder,
+                runs.MODEL,
+                class_names=self.class_names,
+                extra=self.extra | record,
+            ),
+            record,
+            results,
+        )
+
+    def finish(self, record: dict, results: dict, mlflow_args=None) -> None:
+        """The optional steps after a save: the curves, MLflow, the ``latest`` pointer.
+        Each failure is a warning and changes nothing in the saved run."""
+        if results.get("train_loss"):
+            _optional("Plotting loss_curves.png", lambda: self._plot(results))
+        if mlflow_args is not None:
+            _optional(
+                "Logging to MLflow",
+                lambda: _log_to_mlflow(mlflow_args, record, results),
+            )
+        _optional("Updating the 'latest' pointer", lambda: runs.update_latest(self.dir))
+
+    def _plot(self, results: dict) -> None:
+        figure = plot_loss_curves(results, title=self.title)
+        try:
+            figure.savefig(self.dir / "loss_curves.png", dpi=100)
+        finally:
+            plt.close(figure)
+
+
+def _optional(what: str, step) -> None:
+    try:
+        step()
+    except Exception as error:  # noqa: BLE001  (whatever failed, the run is saved)
         print(
-            f"[INFO] Moved the earlier run's {', '.join(earlier)} to {out / 'previous'}."
+            f"[WARNING] {what} failed ({type(error).__name__}: {error}); the run itself "
+            "is saved and its status is unchanged.",
+            file=sys.stderr,
         )
-
-
-def _write_results(out: Path, record: dict, results: dict) -> None:
-    """Write ``results.json`` atomically, as strict JSON (NaN is refused, not written)."""
-    text = json.dumps(record | results, indent=2, allow_nan=False)
-    fd, tmp = tempfile.mkstemp(prefix=temporary_prefix("results.json"), dir=out)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.chmod(tmp, 0o666 & ~utils.umask())
-    os.replace(tmp, out / "results.json")
-
-
-class _EpochKeeper:
-    """``engine.train``'s ``on_epoch_end``: keeps the weights and results of the last
-    completed epoch, to save them if training is interrupted."""
-
-    def __init__(self, model: nn.Module):
-        self.model, self.epoch, self.state, self.results = model, 0, None, {}
-
-    def __call__(self, epoch: int, results: dict[str, list[float]]) -> None:
-        self.state = {
-            k: v.detach().to("cpu", copy=True)
-            for k, v in self.model.state_dict().items()
-        }
-        self.results = {k: list(v) for k, v in results.items()}
-        self.epoch = epoch
-
-
-class _SigintDeferred:
-    """Hold Ctrl-C back while files are written (main thread only), so that a second
-    Ctrl-C cannot cut a save short."""
-
-    def __enter__(self):
-        self.active = threading.current_thread() is threading.main_thread()
-        if self.active:
-            self.previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-    def __exit__(self, *exc):
-        if self.active:
-            signal.signal(signal.SIGINT, self.previous)
-
-
-def _save_run(
-    out: Path,
-    model: nn.Module,
-    results: dict,
-    record: dict,
-    class_names: list[str],
-    extra: dict,
-    title: str,
-) -> None:
-    with _SigintDeferred():
-        utils.save_model(
-            model, out, "model.pth", class_names=class_names, extra=extra | record
-        )
-        _write_results(out, record, results)
-        plot_loss_curves(results, title=title).savefig(out / "loss_curves.png", dpi=100)
 
 
 def _log_to_mlflow(args: argparse.Namespace, record: dict, results: dict) -> None:
@@ -573,35 +696,36 @@ def _log_to_mlflow(args: argparse.Namespace, record: dict, results: dict) -> Non
 
 
 def run(args: argparse.Namespace) -> dict[str, list[float]]:
-    """Train as ``args`` say and write the checkpoint, results and curves.
+    """Train as ``args`` say into a new run folder (or continue ``args.resume``) and write
+    the model, results and curves there.
 
     Raises UsageError before any data is prepared when the options cannot work,
-    TrainingInterrupted after saving the last completed epoch on Ctrl-C, and
-    ``engine.NonFiniteLossError`` (after writing ``results.json``) when the loss diverges.
+    TrainingInterrupted after saving the completed epochs on Ctrl-C, SIGTERM or SIGHUP, and
+    TrainingFailed after saving them when training fails (e.g. the loss diverges).
     """
+    resume_dir, record, results = None, {}, {}
+    if args.resume is not None:
+        resume_dir, record, results = _resume_from(args)
+    options = _options(args)
     recipe = _resolve_recipe(args)
     _check_combination(args, recipe)
     utils.set_seeds(args.seed)
     model, img_size, channels = _fitting_model(args)
-    out = args.output_dir
-    _prepare_output_dir(out)
-    record = {
-        "run_id": f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}",
-        "status": "running",
-        "model": args.model,
-        "data": str(args.data_dir) if args.data_dir else args.dataset,
-    }
-    _write_results(out, record, {})
-    try:
-        return _train_and_save(args, recipe, model, img_size, channels, out, record)
-    except (engine.NonFiniteLossError, TrainingInterrupted):
-        raise  # results.json already says what happened
-    except KeyboardInterrupt:
-        _write_results(out, record | {"status": "interrupted"}, {})
-        raise
-    except Exception as error:
-        _write_results(out, record | {"status": "failed", "error": str(error)}, {})
-        raise
+    with _locked_output_dir(args.output_dir):
+        run_dir = resume_dir or runs.new_run_dir(args.output_dir)
+        record = record or {
+            "run_id": run_dir.name,
+            "model": args.model,
+            "data": str(args.data_dir) if args.data_dir else args.dataset,
+            "options": options,
+        }
+        record = record | {"status": "running"}
+        current = _Run(run_dir, record, model, img_size)
+        current.write_results(record, results)
+        print(
+            f"[INFO] {'Continuing' if resume_dir else 'Writing'} the run in {run_dir}"
+        )
+        return _train_and_save(args, recipe, model, img_size, channels, current)
 
 
 def _train_and_save(
@@ -610,9 +734,38 @@ def _train_and_save(
     model: nn.Module,
     img_size: int,
     channels: int,
-    out: Path,
-    record: dict,
+    current: _Run,
 ) -> dict[str, list[float]]:
+    try:
+        results = _train(args, recipe, model, img_size, channels, current)
+        record = current.record | {
+            "status": "complete",
+            "epochs_completed": len(results["test_acc"]),
+        }
+        current.save(record, results)
+    except BaseException as error:
+        stop = _stopped(current, error)
+        if stop is error:
+            raise
+        raise stop from None
+    _optional(  # complete: nothing left to resume
+        "Removing checkpoint.pth",
+        lambda: (current.dir / engine.CHECKPOINT_NAME).unlink(missing_ok=True),
+    )
+    current.finish(record, results, args if getattr(args, "mlflow", False) else None)
+    print(f"[INFO] Saved the run to {current.dir}")
+    return results
+
+
+def _train(
+    args: argparse.Namespace,
+    recipe: augment.CCTRecipe | None,
+    model: nn.Module,
+    img_size: int,
+    channels: int,
+    current: _Run,
+) -> dict[str, list[float]]:
+    """Prepare the data and the optimiser, then train (checkpointing each epoch)."""
     device = utils.get_device()
     split_transforms = {}
     if recipe is not None and args.dataset == "cifar10":
@@ -633,6 +786,7 @@ def _train_and_save(
             data_dir=args.data_dir,
             **split_transforms,
         )
+    current.class_names = class_names
     print(
         f"[INFO] Data: {_data_label(args)}, {len(train_dl.dataset)} train and "
         f"{len(test_dl.dataset)} test images of {len(class_names)} classes, given to "
@@ -657,100 +811,131 @@ def _train_and_save(
         if args.warmup_epochs > 0:
             scheduler = warmup_cosine_schedule(
                 optimizer,
-                int(args.warmup_epochs * steps_per_epoch),
+                args.warmup_epochs * steps_per_epoch,
                 args.epochs * steps_per_epoch,
             )
-    keeper = _EpochKeeper(model)
-    extra = {"img_size": img_size, "dataset": record["data"]}
-    title = f"{args.model} on {record['data']}"
-    try:
-        results = engine.train(
-            _prepare_model(model, args),
-            train_dl,
-            test_dl,
-            optimizer,
-            loss_fn,
-            args.epochs,
-            device,
-            scheduler=scheduler,
-            max_grad_norm=args.max_grad_norm,
-            amp=args.amp,
-            batch_transform=batch_transform,
-            max_steps_per_epoch=args.max_steps,
-            test_loss_fn=nn.CrossEntropyLoss(),
-            time_budget=None if args.time_budget is None else args.time_budget * 60,
-            on_epoch_end=keeper,
-        )
-    except KeyboardInterrupt:
-        raise _save_interrupted(
-            out, model, keeper, record, class_names, extra, title
-        ) from None
-    except engine.NonFiniteLossError as error:
-        record = record | {"status": "failed", "error": str(error)}
-        with _SigintDeferred():
-            _write_results(
-                out, record | {"epochs_completed": keeper.epoch}, keeper.results
-            )
-        raise
-    record = record | {
-        "status": "complete",
-        "epochs_completed": len(results["test_acc"]),
-    }
-    _save_run(out, model, results, record, class_names, extra, title)
-    if getattr(args, "mlflow", False):
-        _log_to_mlflow(args, record, results)
-    print(f"[INFO] Wrote model.pth, results.json and loss_curves.png to {out}")
-    return results
-
-
-def _save_interrupted(
-    out: Path,
-    model: nn.Module,
-    keeper: _EpochKeeper,
-    record: dict,
-    class_names: list[str],
-    extra: dict,
-    title: str,
-) -> TrainingInterrupted:
-    """Save what the completed epochs trained; return the exception that reports it."""
-    record = record | {"status": "interrupted", "epochs_completed": keeper.epoch}
-    if keeper.state is None:
-        with _SigintDeferred():
-            _write_results(out, record, keeper.results)
-        return TrainingInterrupted(
-            f"Interrupted during epoch 1, before any epoch was complete: no checkpoint; "
-            f"{out / 'results.json'} marks the run as interrupted."
-        )
-    model.load_state_dict(keeper.state)
-    _save_run(out, model, keeper.results, record, class_names, extra, title)
-    return TrainingInterrupted(
-        f"Interrupted during epoch {keeper.epoch + 1}: saved epoch {keeper.epoch}'s "
-        f"checkpoint and the results so far (marked interrupted) to {out}/."
+    return engine.train(
+        _prepare_model(model, args),
+        train_dl,
+        test_dl,
+        optimizer,
+        loss_fn,
+        args.epochs,
+        device,
+        scheduler=scheduler,
+        max_grad_norm=args.max_grad_norm,
+        amp=args.amp,
+        batch_transform=batch_transform,
+        max_steps_per_epoch=args.max_steps,
+        test_loss_fn=nn.CrossEntropyLoss(),
+        time_budget=None if args.time_budget is None else args.time_budget * 60,
+        checkpoint_dir=current.dir,
     )
+
+
+def _describe(error: BaseException) -> str:
+    """One line for the error that stopped a run (a full disk said plainly)."""
+    if isinstance(error, OSError) and error.strerror:
+        where = f" while writing {error.filename}" if error.filename else ""
+        return f"{error.strerror}{where}: free some space (or fix the folder)."
+    return str(error)
+
+
+def _stopped(current: _Run, error: BaseException) -> BaseException:
+    """Save the epochs completed before ``error`` stopped the run (from the engine's
+    checkpoint) and mark the run interrupted or failed; return what to raise instead."""
+    interrupted = isinstance(error, KeyboardInterrupt)
+    try:
+        checkpoint = engine.read_checkpoint(current.dir)
+    except ValueError:
+        checkpoint = None
+    epochs = checkpoint["epoch"] if checkpoint is not None else 0
+    record = current.record | {
+        "status": "interrupted" if interrupted else "failed",
+        "epochs_completed": epochs,
+    }
+    if not interrupted:
+        record["error"] = _describe(error)
+    run_dir, problem, saved = current.dir, None, False
+    results = checkpoint["results"] if checkpoint is not None else {}
+    with runs.signals_held():
+        try:
+            if epochs and current.class_names is not None:
+                current.model.load_state_dict(checkpoint["model"])
+                current.save(record, results)
+                saved = True
+                current.finish(record, results)
+            else:
+                current.write_results(record, results)
+        except OSError as save_error:
+            problem = save_error.strerror or str(save_error)
+            with contextlib.suppress(OSError):  # at least the status, if it fits
+                current.write_results(record, results)
+    status = record["status"]
+    if not epochs:
+        kept = (
+            f"no epoch was complete; {run_dir / 'results.json'} marks the run {status}"
+            if problem is None
+            else f"no epoch was complete, and marking the run {status} failed ({problem})"
+        )
+    elif saved:
+        kept = (
+            f"saved epoch {epochs}'s checkpoint and the results so far (marked {status}) "
+            f"to {run_dir}/"
+        )
+    elif problem is None:  # a resumed run that stopped before training again
+        kept = f"its {epochs} earlier epoch(s) in {run_dir}/ are kept (marked {status})"
+    else:
+        kept = (
+            f"epoch {epochs}'s training state is in {run_dir / engine.CHECKPOINT_NAME}, "
+            f"but saving model.pth failed too ({problem})"
+        )
+    resume = f" Continue with: python -m going_modular.train --resume {run_dir}"
+    if not epochs or (not interrupted and isinstance(error, engine.TrainingDiverged)):
+        resume = ""  # nothing to continue, or the same options would diverge again
+    if interrupted:
+        where = (
+            f"during epoch {epochs + 1}" if epochs else "before an epoch was complete"
+        )
+        return TrainingInterrupted(
+            f"Interrupted {where}: {kept}.{resume}", runs.exit_code(error)
+        )
+    known = (
+        engine.TrainingDiverged,
+        engine.CheckpointMismatchError,
+        data_setup.ImageDecodeError,
+        DownloadError,
+        OSError,
+    )
+    if isinstance(error, known):
+        return TrainingFailed(f"{record['error']} {kept[0].upper()}{kept[1:]}.{resume}")
+    return error  # a bug: its traceback is worth more than a line
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of ``python -m going_modular.train`` and the ``vit-train`` command.
 
-    Exits with 2 on bad options, 1 when training fails (e.g. a NaN loss) and 130 on Ctrl-C,
-    each with a one-line message instead of a traceback.
+    Exits with 2 on bad options, 1 when training fails (e.g. a NaN loss) and 128 + the
+    signal's number when stopped (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP), each with a
+    one-line message instead of a traceback.
     """
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        run(args)
+        with runs.stop_signals():
+            run(args)
     except UsageError as error:
         parser.error(str(error))
     except TrainingInterrupted as interrupted:
         print(interrupted, file=sys.stderr)
-        raise SystemExit(130) from None
-    except KeyboardInterrupt:
+        raise SystemExit(interrupted.exit_code) from None
+    except KeyboardInterrupt as interrupt:
         print(
             "Interrupted before training started; nothing was trained.", file=sys.stderr
         )
-        raise SystemExit(130) from None
+        raise SystemExit(runs.exit_code(interrupt)) from None
     except (
-        engine.NonFiniteLossError,
+        TrainingFailed,
         DownloadError,
         FileNotFoundError,
         data_setup.ImageDecodeError,

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import os
+import inspect
+import math
 import pickle
 import random
-import tempfile
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -14,8 +14,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from .download import remove_stale_temporaries, temporary_prefix
+from . import runs
 from .models import build_model
+from .models.registry import _REGISTRY
 
 CHECKPOINT_FORMAT = 1
 
@@ -52,13 +53,6 @@ def prefer_channels_last(model: nn.Module) -> nn.Module:
     return model
 
 
-def umask() -> int:
-    """The process's umask (reading it means setting it, so it is set straight back)."""
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
 def _non_finite_tensors(state_dict: dict[str, torch.Tensor]) -> list[str]:
     return [
         name
@@ -79,7 +73,8 @@ def save_model(
 
     The file is written atomically (a temporary file renamed into place), so an interrupted
     save never leaves a half-written checkpoint; a temporary left by a killed process is
-    removed by the next save. The file gets the umask's permissions, like any new file.
+    removed by the next save (:func:`going_modular.runs.atomic_write`). The file gets the
+    umask's permissions, like any new file.
     Weights that are NaN or infinite are refused. ``model_name`` must end in ``.pt`` or
     ``.pth``.
     """
@@ -101,8 +96,6 @@ def save_model(
             "target_dir."
         )
     target_dir.mkdir(parents=True, exist_ok=True)
-    remove_stale_temporaries(target_dir, model_name)
-    path = target_dir / model_name
     checkpoint = {
         "format": CHECKPOINT_FORMAT,
         "state_dict": state_dict,
@@ -110,15 +103,9 @@ def save_model(
         "class_names": list(class_names) if class_names is not None else None,
         "extra": extra or {},
     }
-    fd, tmp = tempfile.mkstemp(prefix=temporary_prefix(model_name), dir=target_dir)
-    os.close(fd)
-    try:
-        torch.save(checkpoint, tmp)
-        os.chmod(tmp, 0o666 & ~umask())
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    path = runs.atomic_write(
+        target_dir / model_name, lambda f: torch.save(checkpoint, f)
+    )
     print(f"[INFO] Saved model to: {path.name}")
     return path
 
@@ -172,8 +159,31 @@ def _is_state_dict(obj: Any) -> bool:
     )
 
 
+def _check_device(device: str | torch.device) -> torch.device:
+    """``device`` as a torch.device, or a ValueError that says why it cannot be used here."""
+    try:
+        device = torch.device(device)
+    except (RuntimeError, TypeError) as error:
+        raise ValueError(
+            f"device={device!r} is not a device PyTorch knows ({error}). Use 'cpu', "
+            "'cuda' or 'cuda:0'."
+        ) from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(
+            f"device={str(device)!r}, but this machine has no CUDA GPU PyTorch can use. "
+            "Use device='cpu'."
+        )
+    if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
+        raise ValueError(
+            f"device={str(device)!r}, but this machine has {torch.cuda.device_count()} "
+            "GPU(s), numbered from 0."
+        )
+    return device
+
+
 def _read(path: str | Path, map_location: str | torch.device) -> Any:
     """``torch.load`` (weights only), with a clear error for a missing or broken file."""
+    map_location = _check_device(map_location)
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(
@@ -197,6 +207,22 @@ def _read(path: str | Path, map_location: str | torch.device) -> Any:
 
 def _require_checkpoint(obj: Any, path: str | Path) -> dict[str, Any]:
     if isinstance(obj, dict) and "state_dict" in obj:
+        version = obj.get("format", CHECKPOINT_FORMAT)
+        if version != CHECKPOINT_FORMAT:
+            raise ValueError(
+                f"{path} is a checkpoint of format {version!r}; this version of "
+                f"going_modular reads format {CHECKPOINT_FORMAT}. It was written by "
+                "another version (update the package) or it is damaged."
+            )
+        weights = obj["state_dict"]
+        if not isinstance(weights, dict) or not all(
+            isinstance(k, str) and torch.is_tensor(v) for k, v in weights.items()
+        ):
+            raise ValueError(
+                f"{path} is damaged: its state_dict is not a mapping of names to "
+                f"tensors (it holds a {type(weights).__name__}). Use another copy or "
+                "train again."
+            )
         return obj
     if _is_state_dict(obj):
         raise ValueError(
@@ -227,27 +253,82 @@ def load_checkpoint(
     return _require_checkpoint(_read(path, map_location), path)
 
 
+def _broken_config(path: str | Path, config: Any, why: str) -> ValueError:
+    return ValueError(
+        f"{path} records a build_config that cannot be used ({str(config)[:200]}): {why}. "
+        "Build the model yourself and pass it: load_model(path, model)."
+    )
+
+
+def _build_recorded(checkpoint: dict[str, Any], path: str | Path) -> nn.Module:
+    """Build the model a checkpoint's ``build_config`` records, never downloading weights
+    (the checkpoint holds them all) and only after checking, on the ``meta`` device (no
+    memory), that its weights have exactly the shapes the checkpoint holds."""
+    config = checkpoint.get("build_config")
+    if not config:
+        raise ValueError(
+            f"{path} does not record how to build its model; pass the model to load into."
+        )
+    try:
+        name, kwargs = config["name"], dict(config["kwargs"])
+        factory = _REGISTRY[name]
+    except (KeyError, TypeError, ValueError) as error:
+        raise _broken_config(path, config, f"{type(error).__name__}: {error}") from None
+    parameters = inspect.signature(factory).parameters
+    if "weights" in parameters:
+        kwargs["weights"] = None
+    if "pretrained" in parameters:
+        kwargs["pretrained"] = False
+    try:
+        with torch.device("meta"):
+            shapes = {
+                k: v.shape for k, v in build_model(name, **kwargs).state_dict().items()
+            }
+    except NotImplementedError:  # a constructor that reads tensor values: not checkable
+        shapes = None
+    except (TypeError, ValueError, RuntimeError) as error:
+        raise _broken_config(path, config, str(error)) from None
+    held = {k: v.shape for k, v in checkpoint["state_dict"].items()}
+    if shapes is not None and shapes != held:
+        wanted = sum(math.prod(s) for s in shapes.values())
+        differ = sorted(set(shapes) ^ set(held)) or [
+            k for k in shapes if shapes[k] != held[k]
+        ]
+        raise ValueError(
+            f"Refusing to build the model {path} records: its build_config describes "
+            f"{wanted:,} weight values but the checkpoint holds "
+            f"{sum(math.prod(s) for s in held.values()):,} (first difference: "
+            f"{differ[0]!r}). The file is damaged or was edited; use another copy."
+        )
+    return build_model(name, **kwargs)
+
+
 def load_model(
     path: str | Path, model: nn.Module | None = None, device: str | torch.device = "cpu"
 ) -> nn.Module:
     """Load a checkpoint into ``model``, or rebuild the model it records when ``model`` is None.
 
     With ``model`` given, ``path`` may also hold a plain ``state_dict`` (``torch.save(
-    model.state_dict(), path)``).
+    model.state_dict(), path)``). A rebuilt model never downloads pretrained weights, and
+    is built only when its recorded architecture has exactly the checkpoint's weight shapes
+    (checked without allocating it).
 
-    Raises a ValueError that lists the differences when the weights do not fit the model.
+    Raises a ValueError that lists the differences when the weights do not fit the model,
+    and for an unknown ``device``, a checkpoint format this version does not read, weights
+    that are NaN or infinite, or a broken ``build_config``.
     """
     obj = _read(path, map_location=device)
     if model is not None and _is_state_dict(obj):
         obj = {"state_dict": obj}  # a plain state_dict, loaded into the given model
     checkpoint = _require_checkpoint(obj, path)
+    if bad := _non_finite_tensors(checkpoint["state_dict"]):
+        raise ValueError(
+            f"Refusing to load {path}: {len(bad)} weight tensor(s) hold NaN or infinite "
+            f"values (first: {bad[0]}), so its predictions would be NaN. Use a checkpoint "
+            "saved before training diverged, or train again."
+        )
     if model is None:
-        config = checkpoint.get("build_config")
-        if not config:
-            raise ValueError(
-                f"{path} does not record how to build its model; pass the model to load into."
-            )
-        model = build_model(config["name"], **config["kwargs"])
+        model = _build_recorded(checkpoint, path)
     try:
         model.load_state_dict(checkpoint["state_dict"])
     except RuntimeError as error:

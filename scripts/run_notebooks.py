@@ -2,12 +2,17 @@
 
 Usage: ``python scripts/run_notebooks.py book/03_*.ipynb`` (``make notebooks NB=...``).
 
-Cleaning: progress bars keep only their final state, machine paths become relative, memory
+Cleaning: progress bars (tqdm's lines) are removed, machine paths become relative, memory
 addresses are masked, and a notebook that raises is not written back (the run fails).
+
+Stored outputs must come from an idle machine: the script refuses to start while the load
+average is above ``MAX_LOAD`` (``--force`` overrides it, for a look that is not committed).
 """
 
 from __future__ import annotations
 
+import argparse
+import os
 import re
 import sys
 import time
@@ -18,6 +23,9 @@ from nbclient import NotebookClient
 
 ROOT = Path(__file__).resolve().parents[1]
 ADDRESS = re.compile(r" at 0x[0-9a-fA-F]{6,}")
+# A tqdm line: "desc: 100%|#####| 16/16 [02:45<00:00, 10.31s/it]" (any bar, any rate).
+PROGRESS_BAR = re.compile(r"^.*\|\s*\d+/\d+ \[[\d:]+<[\d:?]+.*\]\s*$")
+MAX_LOAD = 1.5
 # A glued NumPy scalar is stored as its repr, "np.float64(0.5)", which myst-nb cannot format
 # with a format spec; keep the number alone, as float() or int() of it would give.
 NUMPY_SCALAR = re.compile(r"^np\.(?:float|int|uint|bool_)\w*\((.*)\)$", re.S)
@@ -31,6 +39,7 @@ def _collapse_carriage_returns(text: str) -> str:
 def clean_text(text: str) -> str:
     """Remove machine-specific details from one output text."""
     text = _collapse_carriage_returns(text)
+    text = "\n".join(line for line in text.split("\n") if not PROGRESS_BAR.match(line))
     text = text.replace(str(ROOT) + "/", "").replace(str(ROOT), ".")
     text = text.replace(str(Path.home()), "~")
     return ADDRESS.sub("", text)
@@ -89,11 +98,30 @@ def run(path: Path) -> float:
     return seconds
 
 
-def main(paths: list[str]) -> None:
-    for name in paths:
-        seconds = run(Path(name))
-        print(f"{name}: executed in {seconds:.0f} s")
+def check_idle(max_load: float = MAX_LOAD) -> None:
+    """Refuse to store outputs from a busy machine: its timings would mislead readers."""
+    load = os.getloadavg()[0]
+    if load > max_load:
+        sys.exit(
+            f"The load average is {load:.2f} (> {max_load}): stored outputs must come from an "
+            "idle machine. Stop other jobs and wait, or pass --force for a run you will not "
+            "commit."
+        )
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("notebooks", nargs="+", type=Path)
+    parser.add_argument("--force", action="store_true", help="run on a busy machine")
+    args = parser.parse_args(argv)
+    for path in args.notebooks:
+        if not args.force:
+            check_idle()
+        seconds = run(path)
+        print(
+            f"{path}: executed in {seconds:.0f} s (load average now {os.getloadavg()[0]:.2f})"
+        )
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    main()

@@ -317,6 +317,87 @@ def test_short_runs_compress_the_recipes_schedule():
     assert CCT_CIFAR_300.replace(label_smoothing=0.0).label_smoothing == 0.0
 
 
+def _warmup_grid(recipe: augment.CCTRecipe) -> list[float]:
+    """Warmup lengths, integral and fractional, up to the epochs before the cooldown."""
+    span = recipe.epochs - recipe.cooldown_epochs
+    return [0, 0.01, 0.5, 1, 4, 4.01, 4.1, 4.5, span - 1, span - 0.5, span]
+
+
+@pytest.mark.parametrize("recipe", [CCT_CIFAR_200, CCT_CIFAR_300], ids=["200", "300"])
+def test_no_warmup_length_lifts_the_rate_above_the_peak(recipe):
+    """FAIL 6: --recipe cct200 --warmup-epochs 0.01 (or 4.01) gave 100x the peak rate."""
+    for warmup in _warmup_grid(recipe):
+        changed = recipe.replace(warmup_epochs=warmup)
+        factors = [changed.lr_factor(e) for e in range(recipe.epochs)]
+        assert max(factors) <= 1.0, warmup
+        # During the warmup the rate rises and falls below the peak again only after it.
+        ramp = factors[: math.ceil(warmup)]
+        assert ramp == sorted(ramp), warmup
+        # The whole schedule as the engine steps it, on a short run (20 epochs).
+        parts = changed.build(nn.Linear(4, 2), 3, epochs=20, num_classes=2)
+        assert max(_lrs(parts)) <= changed.lr * (1 + 1e-12), warmup
+
+
+@pytest.mark.parametrize("recipe", [CCT_CIFAR_200, CCT_CIFAR_300], ids=["200", "300"])
+def test_a_longer_warmup_never_raises_a_warmup_epoch(recipe):
+    grid = _warmup_grid(recipe)
+    for short, long in zip(grid, grid[1:]):
+        a, b = recipe.replace(warmup_epochs=short), recipe.replace(warmup_epochs=long)
+        for epoch in range(math.ceil(short)):  # in both warmups
+            assert b.lr_factor(epoch) <= a.lr_factor(epoch), (short, long, epoch)
+
+
+def test_the_harmonic_warmup_is_continuous_in_its_length():
+    """No jump when the warmup crosses a whole number of epochs, or leaves 0."""
+    for warmup in (0, 1, 4, 5, 199):
+        below = CCT_CIFAR_200.replace(warmup_epochs=max(0, warmup - 1e-9))
+        above = CCT_CIFAR_200.replace(warmup_epochs=warmup + 1e-9)
+        for epoch in range(200):
+            assert above.lr_factor(epoch) == pytest.approx(
+                below.lr_factor(epoch), abs=1e-6
+            ), (warmup, epoch)
+
+
+def test_fractional_harmonic_warmup_caps_its_last_partial_epoch():
+    recipe = CCT_CIFAR_200.replace(warmup_epochs=4.5)
+    assert [recipe.lr_factor(e) for e in range(5)] == pytest.approx(
+        [1 / 4.5, 1 / 3.5, 1 / 2.5, 1 / 1.5, 1.0]
+    )
+    assert recipe.replace(warmup_epochs=4.01).lr_factor(4) == 1.0  # was 100
+    assert recipe.replace(warmup_epochs=0.01).lr_factor(0) == 1.0  # was 100
+    assert CCT_CIFAR_200.lr_factor(4) == 1.0  # the reference's integral staircase
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"warmup_epochs": -1}, r"warmup_epochs must be a finite number in \[0, 200\]"),
+        ({"warmup_epochs": 201}, "warmup_epochs"),
+        ({"warmup_epochs": math.nan}, "warmup_epochs"),
+        ({"warmup_epochs": math.inf}, "warmup_epochs"),
+        ({"cooldown_epochs": -0.5}, "cooldown_epochs"),
+        ({"warmup_epochs": 150, "cooldown_epochs": 60}, r"\+ cooldown_epochs"),
+        ({"lr": 0.0}, r"lr must be a finite number in \(0, inf\]"),
+        ({"lr": -1e-3}, "lr must"),
+        ({"min_lr": 1.0}, "min_lr"),
+        ({"warmup_lr": -1e-5}, "warmup_lr"),
+        ({"weight_decay": -0.1}, "weight_decay"),
+        ({"epochs": 0}, "epochs must be a positive integer"),
+        ({"epochs": 2.5}, "epochs must be a positive integer"),
+        ({"batch_size": 0}, "batch_size"),
+        ({"label_smoothing": 1.0}, "label_smoothing"),
+        ({"random_erasing": 1.5}, "random_erasing"),
+        ({"mix_prob": -0.1}, "mix_prob"),
+        ({"mix_switch_prob": 2}, "mix_switch_prob"),
+        ({"mixup_alpha": -1}, "mixup_alpha"),
+        ({"mix_off_epoch": -5}, "mix_off_epoch"),
+    ],
+)
+def test_recipes_refuse_nonsense_naming_the_field(changes, message):
+    with pytest.raises(ValueError, match=message):
+        CCT_CIFAR_200.replace(**changes)
+
+
 class _Slow(nn.Module):
     """A linear classifier that takes ``delay`` seconds per training forward pass."""
 
@@ -432,12 +513,12 @@ def test_cli_trains_a_cct_with_the_recipe_and_a_time_budget(
             str(out),
         ]
     )
-    assert sorted(p.name for p in out.iterdir()) == [
-        "loss_curves.png",
-        "model.pth",
-        "results.json",
-    ]
-    results = json.loads((out / "results.json").read_text())
+    run = (out / "latest").resolve()  # each run in its own folder (issue 20)
+    assert sorted(p.name for p in out.iterdir()) == [run.name, "latest"]
+    assert {"loss_curves.png", "model.pth", "results.json"} <= {
+        p.name for p in run.iterdir()
+    }
+    results = json.loads((run / "results.json").read_text())
     assert len(results["train_loss"]) == 1  # the budget stopped it during epoch 1
     assert math.isfinite(results["test_loss"][0])
     printed = capsys.readouterr().out

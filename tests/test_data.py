@@ -8,7 +8,7 @@ import torch
 from PIL import Image
 from torchvision import transforms
 
-from going_modular import data_setup, datasets, standins
+from going_modular import data_setup, datasets, paths, standins
 from going_modular.download import DownloadError
 
 TO_TENSOR = transforms.Compose([transforms.Resize((64, 64)), transforms.ToTensor()])
@@ -80,16 +80,29 @@ def test_non_positive_batch_size(texture_photos):
 
 
 def test_corrupt_image_names_the_file(tmp_path):
-    folder = tmp_path / "train" / "pizza"
-    folder.mkdir(parents=True)
-    (folder / "broken.jpg").write_bytes(b"\xff\xd8 definitely not a jpeg")
+    for name in ("pizza", "sushi"):
+        (tmp_path / "train" / name).mkdir(parents=True)
+    (tmp_path / "train" / "pizza" / "broken.jpg").write_bytes(b"\xff\xd8 not a jpeg")
+    Image.new("RGB", (8, 8)).save(tmp_path / "train" / "sushi" / "x.png")
+    with pytest.raises(
+        ValueError,
+        match="(?s)Cannot decode images: 1 file.*broken.jpg.*Delete or replace",
+    ):  # checked when the loaders are made, before any epoch
+        data_setup.create_dataloaders(
+            tmp_path / "train", tmp_path / "train", TO_TENSOR, 1, num_workers=0
+        )
     train_dl, _, _ = data_setup.create_dataloaders(
-        tmp_path / "train", tmp_path / "train", TO_TENSOR, 1, num_workers=0
+        tmp_path / "train",
+        tmp_path / "train",
+        TO_TENSOR,
+        1,
+        num_workers=0,
+        check_images=False,
     )
     with pytest.raises(
         ValueError, match="Cannot decode image .*broken.jpg.*Delete or replace"
     ):
-        next(iter(train_dl))
+        list(train_dl)
 
 
 def test_walk_through_dir(texture_photos, capsys):
@@ -205,3 +218,17 @@ def test_negative_workers(texture_photos):
         data_setup.create_dataloaders(
             texture_photos / "train", texture_photos / "test", TO_TENSOR, 8, -1
         )
+
+
+def test_book_data_dir_pointing_to_a_file_is_explained(tmp_path, monkeypatch):
+    """It ended in a raw FileExistsError traceback from deep inside the stand-in."""
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("not a folder")
+    for value in (a_file, a_file / "data"):
+        monkeypatch.setenv("BOOK_DATA_DIR", str(value))
+        with pytest.raises(
+            NotADirectoryError, match=rf"{a_file} is a file, not a folder.*unset it"
+        ):
+            datasets.get_food_data()
+    monkeypatch.setenv("BOOK_DATA_DIR", str(tmp_path / "new" / "data"))
+    assert paths.data_dir() == tmp_path / "new" / "data"  # made when first used

@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
+import shutil
+import struct
 import subprocess
 import sys
 import threading
+import time
 import zipfile
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from going_modular import download
 from going_modular.download import DownloadError, download_data, sha256_of
 
 
@@ -31,7 +36,26 @@ def _corrupt_member() -> bytes:
     return bytes(data)
 
 
+def _deflated(members: dict[str, bytes]) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as zf:
+        for name, content in members.items():
+            zf.writestr(name, content)
+    return buffer.getvalue()
+
+
+def _lying_header() -> bytes:
+    """A zip whose directory declares 10 bytes for a member that unpacks to 100 KB."""
+    data = bytearray(_deflated({"a.bin": bytes(100_000)}))
+    struct.pack_into("<I", data, 22, 10)  # local header's uncompressed size
+    struct.pack_into("<I", data, data.index(b"PK\x01\x02") + 24, 10)  # directory's
+    return bytes(data)
+
+
 GOOD = _zip({"train/pizza/a.txt": b"pizza", "test/sushi/b.txt": b"sushi"})
+BOMB = _deflated({"zeros.bin": bytes(32 << 20)})  # 32 MB in about 32 KB
+LYING = _lying_header()
+CSV = b"label,text\n1,pizza\n0,sushi\n"
 EVIL = _zip({"ok.txt": b"fine", "../escaped.txt": b"gotcha"})
 BAD_CRC = _corrupt_member()
 HTML = b"<!DOCTYPE html><html><body>Sign in to download</body></html>"
@@ -49,6 +73,35 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(HTML)
         elif self.path == "/badcrc.zip":
             self._send(BAD_CRC)
+        elif self.path == "/bomb.zip":
+            self._send(BOMB)
+        elif self.path == "/lying.zip":
+            self._send(LYING)
+        elif self.path == "/data.csv":
+            self._send(CSV)
+        elif self.path == "/login.csv":
+            self._send(HTML)
+        elif self.path == "/endless.csv":  # no Content-Length, 64 KB chunks for ~1 MB
+            self.send_response(200)
+            self.end_headers()
+            for _ in range(16):
+                self.wfile.write(b"x" * 65536)
+        elif self.path == "/to-file.zip":
+            self.send_response(302)
+            self.send_header("Location", "file:///etc/passwd")
+            self.end_headers()
+        elif self.path.startswith("/trickle"):  # one byte every 0.25 s, 8 s at most
+            if self.path == "/trickle-body.zip":
+                self.send_response(200)
+                self.send_header("Content-Length", "1000")
+                self.end_headers()
+            for _ in range(32):
+                try:
+                    self.wfile.write(b"H")
+                    self.wfile.flush()
+                except OSError:  # the client gave up
+                    return
+                time.sleep(0.25)
         elif self.path == "/chunked-cut.zip":  # no Content-Length: only IncompleteRead
             self.send_response(200)
             self.send_header("Transfer-Encoding", "chunked")
@@ -186,21 +239,27 @@ def test_temporaries_of_a_killed_download_are_removed(tmp_path):
         text=True,
         check=True,
     )
-    dead = tmp_path / f".food-{int(gone.stdout)}-abcd1234"
-    old_style = tmp_path / ".food-x1y2z3_w"
-    other = tmp_path / ".food-extra-1-abcd1234"  # another destination's name
-    for folder in (dead, old_style, other):
+    dead = tmp_path / f".food.partial-{int(gone.stdout)}-abcd1234"
+    ours = tmp_path / f".food.partial-{os.getpid()}-abcd1234"  # a download in progress
+    other = tmp_path / ".food-extra.partial-1-abcd1234"  # another destination's name
+    backups = [tmp_path / ".food-20240101", tmp_path / ".food-x1y2z3_w"]  # a user's
+    for folder in (dead, ours, other, *backups):
         (folder / "contents").mkdir(parents=True)
     (tmp_path / "food" / "train").mkdir(parents=True)
     download_data("http://127.0.0.1:9/food.zip", "food", data_dir=tmp_path)
-    assert _leftovers(tmp_path) == [other.name, "food"]
+    assert _leftovers(tmp_path) == sorted(
+        p.name for p in (ours, other, *backups, tmp_path / "food")
+    )
 
 
 @pytest.mark.parametrize(
     ("source", "destination", "message"),
     [
         ("", "food", "this is not a URL"),
-        ("ftp2://host/x.zip", "food", "this is not a URL"),
+        ("ftp2://host/x.zip", "food", "only http:// and https://"),
+        ("file:///etc/passwd", "food", "not file://.*copy or extract it"),
+        ("C:/data/x.zip", "food", "this is not a URL"),
+        ("www.example.com/x.zip", "food", "this is not a URL"),
         ("http://127.0.0.1:9/x.zip", "../outside", "not a plain folder name"),
         ("http://127.0.0.1:9/x.zip", "", "not a plain folder name"),
     ],
@@ -209,3 +268,106 @@ def test_bad_url_or_destination(online, tmp_path, source, destination, message):
     with pytest.raises(DownloadError, match=message):
         download_data(source, destination, data_dir=tmp_path / "data")
     assert not (tmp_path / "outside").exists()
+
+
+@pytest.mark.parametrize("path", ["/trickle-body.zip", "/trickle-headers.zip"])
+def test_a_trickling_server_fails_at_the_deadline(server, online, tmp_path, path):
+    """FAIL 10: one byte now and then, each within the read timeout, held the call forever."""
+    start = time.monotonic()
+    with pytest.raises(
+        DownloadError, match=r"deadline of 1.5 s.*pass a longer deadline"
+    ):
+        download_data(
+            f"{server}{path}", "food", data_dir=tmp_path, timeout=3, deadline=1.5
+        )
+    assert time.monotonic() - start < 3  # at the deadline, not after the server's 8 s
+    assert _leftovers(tmp_path) == []
+
+
+def test_a_zip_bomb_is_refused_before_extraction(server, online, tmp_path, monkeypatch):
+    """FAIL 11: a 298 KB zip was extracted to 300 MB."""
+    extracted = []
+    monkeypatch.setattr(zipfile.ZipFile, "extractall", lambda *a: extracted.append(a))
+    with pytest.raises(DownloadError, match=r"ratio of 1,0\d\d above max_ratio=100"):
+        download_data(f"{server}/bomb.zip", "food", data_dir=tmp_path)
+    with pytest.raises(DownloadError, match=r"unpack to 33.6 MB, above max_size=1,000"):
+        download_data(f"{server}/bomb.zip", "food", data_dir=tmp_path, max_size=10**6)
+    assert extracted == [] and _leftovers(tmp_path) == []
+
+
+def test_a_trusted_highly_compressed_zip_can_be_allowed(server, online, tmp_path):
+    folder = download_data(
+        f"{server}/bomb.zip", "zeros", data_dir=tmp_path, max_ratio=2000
+    )
+    assert (folder / "zeros.bin").stat().st_size == 32 << 20
+
+
+def test_a_zip_larger_than_the_free_space_is_refused(
+    server, online, tmp_path, monkeypatch
+):
+    free = {"bytes": 9}  # GOOD unpacks to 10 bytes
+    usage = shutil.disk_usage(tmp_path)
+    monkeypatch.setattr(
+        download.shutil, "disk_usage", lambda path: usage._replace(free=free["bytes"])
+    )
+    with pytest.raises(
+        DownloadError, match=r"unpack to 10 bytes but .* has 9 bytes free"
+    ):
+        download_data(f"{server}/good.zip", "food", data_dir=tmp_path)
+    assert _leftovers(tmp_path) == []
+    free["bytes"] = 10
+    assert download_data(f"{server}/good.zip", "food", data_dir=tmp_path).is_dir()
+
+
+def test_a_member_that_unpacks_beyond_its_header_is_stopped(server, online, tmp_path):
+    with pytest.raises(DownloadError, match="corrupt.*Bad CRC-32"):
+        download_data(f"{server}/lying.zip", "food", data_dir=tmp_path)
+    assert _leftovers(tmp_path) == []
+
+
+def test_downloads_are_capped_in_size(server, online, tmp_path):
+    with pytest.raises(DownloadError, match=r"announces 1,000 bytes, above max_size"):
+        download_data(
+            f"{server}/trickle-body.zip", "food", data_dir=tmp_path, max_size=999
+        )
+    with pytest.raises(
+        DownloadError, match=r"sends more than 0.1 MB, above max_size=100,000"
+    ):
+        download_data(
+            f"{server}/endless.csv", "food", data_dir=tmp_path, max_size=100_000
+        )
+    assert _leftovers(tmp_path) == []
+
+
+def test_a_web_page_served_for_a_csv_is_reported(server, online, tmp_path):
+    with pytest.raises(
+        DownloadError, match=r"a web page \(HTML\), not the file login.csv"
+    ):
+        download_data(f"{server}/login.csv", "food", data_dir=tmp_path)
+    assert _leftovers(tmp_path) == []
+    folder = download_data(f"{server}/data.csv", "text", data_dir=tmp_path)
+    assert (folder / "data.csv").read_bytes() == CSV
+
+
+def test_a_redirect_to_a_local_file_is_refused(server, online, tmp_path):
+    with pytest.raises(DownloadError, match="Redirection to url 'file:///etc/passwd'"):
+        download_data(f"{server}/to-file.zip", "food", data_dir=tmp_path)
+    assert _leftovers(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("timeout", 0),
+        ("timeout", float("nan")),
+        ("deadline", -1),
+        ("deadline", float("inf")),
+        ("max_size", 0),
+        ("max_ratio", 0.5),
+    ],
+)
+def test_nonsense_limits_are_named(online, tmp_path, option, value):
+    with pytest.raises(DownloadError, match=rf"{option}=.* is not a number above"):
+        download_data(
+            "http://127.0.0.1:9/x.zip", "food", data_dir=tmp_path, **{option: value}
+        )

@@ -297,3 +297,109 @@ def test_on_epoch_end_sees_every_completed_epoch():
         ),
     )
     assert seen == [(1, 1), (2, 2), (3, 3)]
+
+
+def test_a_finite_loss_explosion_stops_training_before_it_is_recorded(tmp_path):
+    # Each SGD step maps w to -2w, so the loss (w x)^2 grows 4x per step but stays finite.
+    loader = DataLoader(TensorDataset(torch.ones(40, 1), torch.zeros(40, 1)), 4)
+    model = nn.Linear(1, 1, bias=False)
+    nn.init.ones_(model.weight)
+    seen = []
+    with pytest.raises(engine.LossExplodedError) as info:
+        engine.train(
+            model,
+            loader,
+            loader,
+            torch.optim.SGD(model.parameters(), lr=1.5),
+            nn.MSELoss(),
+            2,
+            "cpu",
+            progress=False,
+            on_epoch_end=lambda epoch, results: seen.append(epoch),
+            checkpoint_dir=tmp_path,
+        )
+    message = str(info.value)
+    assert "The training loss of epoch 1 is 3.5e+04, more than 1000 times" in message
+    assert (
+        "the first step's loss (1)" in message and "learning rate too high" in message
+    )
+    assert seen == [] and engine.read_checkpoint(tmp_path) is None
+    assert isinstance(info.value, engine.TrainingDiverged)
+
+
+def test_a_batch_of_one_image_is_skipped_for_a_batchnorm_model():
+    x = torch.randn(9, 4)
+    loader = DataLoader(TensorDataset(x, (x[:, 0] > 0).long()), batch_size=4)
+    model = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.Linear(8, 2))
+    trained = []
+
+    def record(module, inputs, output):
+        if module.training:
+            trained.append(len(output))
+
+    model.register_forward_hook(record)
+    results = engine.train(
+        model,
+        loader,
+        loader,
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        nn.CrossEntropyLoss(),
+        1,
+        "cpu",
+        progress=False,
+    )
+    assert trained == [4, 4]  # BatchNorm cannot train on the last batch's one image
+    assert results["test_acc"][0] >= 0  # the test pass (eval mode) takes all 9
+    alone = DataLoader(TensorDataset(x[:1], torch.zeros(1, dtype=torch.long)))
+    with pytest.raises(ValueError, match="skips batches of a single image"):
+        engine.train_step(
+            model,
+            alone,
+            nn.CrossEntropyLoss(),
+            torch.optim.SGD(model.parameters(), lr=0.1),
+            "cpu",
+            progress=False,
+        )
+
+
+def test_on_a_gpu_the_nan_check_reads_a_device_flag_and_skips_the_bad_step(
+    monkeypatch,
+):
+    """The CUDA path, run on the CPU: the flag is read at the epoch's end (every
+    NONFINITE_CHECK_STEPS steps), the scaler has skipped the NaN step meanwhile."""
+    monkeypatch.setattr(engine, "_defer_loss_check", lambda device: True)
+    x = torch.randn(20, 3)
+    x[9, 1] = float("nan")  # in the third batch of five
+    loader = _linear_problem(x, torch.zeros(20, dtype=torch.long))
+    model = nn.Linear(3, 2)
+    steps = []
+    model.register_forward_hook(lambda *args: steps.append(1))
+    with pytest.raises(
+        engine.NonFiniteLossError, match="NaN or infinite at epoch 1, step 3"
+    ):
+        engine.train(
+            model,
+            loader,
+            loader,
+            torch.optim.SGD(model.parameters(), lr=0.1),
+            nn.CrossEntropyLoss(),
+            2,
+            "cpu",
+            progress=False,
+        )
+    assert len(steps) == 5  # no sync at step 3: the flag was read after step 5
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+
+
+def test_a_weight_decay_that_blows_up_the_weights_is_named():
+    loader = _toy_problem()
+    model = nn.Sequential(nn.Flatten(), nn.Linear(192, 2))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=1e30)
+    with pytest.raises(engine.NonFiniteLossError) as info:
+        engine.train(
+            model, loader, loader, optimizer, nn.CrossEntropyLoss(), 1, "cpu",
+            progress=False,
+        )  # fmt: skip
+    assert "a weight decay too high (1e+30: learning rate x weight decay" in str(
+        info.value
+    )

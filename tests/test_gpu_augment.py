@@ -486,7 +486,7 @@ def test_cli_gpu_augment_trains_and_refuses_misuse(tmp_path, capsys):
         ]
     )  # fmt: skip
     assert "Augmenting batches on cpu" in capsys.readouterr().out
-    assert (tmp_path / "run" / "model.pth").exists()
+    assert (tmp_path / "run" / "latest" / "model.pth").exists()
     with pytest.raises(SystemExit) as exit_info:
         train.main(["--dataset", "mnist", "--gpu-augment", "on"])
     assert exit_info.value.code == 2

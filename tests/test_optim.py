@@ -35,3 +35,46 @@ def test_bad_schedule_lengths():
     optimizer = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1.0)
     with pytest.raises(ValueError, match="warmup_steps <= total_steps"):
         warmup_cosine_schedule(optimizer, warmup_steps=5, total_steps=3)
+
+
+def _factors(warmup_steps, total_steps=12) -> list[float]:
+    optimizer = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1.0)
+    schedule = warmup_cosine_schedule(optimizer, warmup_steps, total_steps)
+    return [schedule.lr_lambdas[0](step) for step in range(total_steps)]
+
+
+GRID = [0, 0.01, 0.5, 1, 4, 4.01, 4.1, 4.5, 11, 11.5, 12]
+
+
+@pytest.mark.parametrize("warmup", GRID)
+def test_fractional_warmups_never_exceed_the_peak(warmup):
+    factors = _factors(warmup)
+    assert max(factors) <= 1.0  # 0.5 steps gave 2x before
+    ramp = factors[: math.ceil(warmup)]
+    assert ramp == sorted(ramp) and all(f > 0 for f in factors[:-1])
+
+
+def test_schedule_is_continuous_and_monotone_in_the_warmup_length():
+    for short, long in zip(GRID, GRID[1:]):
+        for step in range(math.ceil(short)):
+            assert _factors(long)[step] <= _factors(short)[step]
+    for warmup in (0, 1, 4, 11):
+        below, above = _factors(max(0, warmup - 1e-9)), _factors(warmup + 1e-9)
+        assert above == pytest.approx(below, abs=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"warmup_steps": -1, "total_steps": 10}, "warmup_steps"),
+        ({"warmup_steps": math.nan, "total_steps": 10}, "warmup_steps"),
+        ({"warmup_steps": 0, "total_steps": 0}, "total_steps must be a positive"),
+        ({"warmup_steps": 0, "total_steps": 2.5}, "total_steps must be a positive"),
+        ({"warmup_steps": 1, "total_steps": 10, "min_factor": 1.5}, "min_factor"),
+        ({"warmup_steps": 1, "total_steps": 10, "min_factor": -0.1}, "min_factor"),
+    ],
+)
+def test_nonsense_schedule_values_are_named(kwargs, message):
+    optimizer = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1.0)
+    with pytest.raises(ValueError, match=message):
+        warmup_cosine_schedule(optimizer, **kwargs)

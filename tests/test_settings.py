@@ -1,43 +1,98 @@
-"""The quick/cpu/full setting and the offline switch."""
+"""The quick/cpu/gpu/full setting, the offline and dry-run switches, and the GPU plan."""
 
 import pytest
 
 from going_modular import settings
 
 
-@pytest.mark.parametrize("name, expected", [("quick", 2), ("cpu", 5), ("full", 10)])
+@pytest.fixture(autouse=True)
+def no_dry_run(monkeypatch):
+    for name in ("BOOK_DRY_RUN", "BOOK_FIXTURES", "BOOK_CHECKPOINT_DIR"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.mark.parametrize(
+    "name, expected", [("quick", 2), ("cpu", 5), ("gpu", 7), ("full", 10)]
+)
 def test_pick_follows_book_setting(monkeypatch, name, expected):
     monkeypatch.setenv("BOOK_SETTING", name)
-    assert settings.pick(quick=2, cpu=5, full=10) == expected
+    assert settings.pick(quick=2, cpu=5, gpu=7, full=10) == expected
 
 
-def test_cpu_takes_the_quick_value_when_none_is_given(monkeypatch):
+def test_missing_values_fall_back_gpu_to_cpu_to_quick(monkeypatch):
     monkeypatch.setenv("BOOK_SETTING", "cpu")
     assert settings.pick(quick=2, full=10) == 2
     assert settings.pick(quick=None, full=10) is None
+    assert settings.pick(quick=2, gpu=7, full=10) == 2
+    monkeypatch.setenv("BOOK_SETTING", "gpu")
+    assert settings.pick(quick=2, cpu=5, full=10) == 5
+    assert settings.pick(quick=2, full=10) == 2
+    assert settings.pick(quick=2, cpu=None, full=10) is None
+    monkeypatch.setenv("BOOK_SETTING", "full")
+    assert settings.pick(quick=2, cpu=5, gpu=7, full=None) is None
 
 
-def test_default_is_cpu_without_gpu_and_full_with_one(monkeypatch):
+def test_default_is_cpu_without_gpu_and_gpu_with_one(monkeypatch):
     monkeypatch.delenv("BOOK_SETTING", raising=False)
     monkeypatch.setattr(settings.torch.cuda, "is_available", lambda: False)
     assert settings.setting() == "cpu" and not settings.is_quick()
     monkeypatch.setattr(settings.torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(settings.torch.cuda, "get_device_name", lambda i: "Tesla T4")
-    assert settings.setting() == "full"
+    assert settings.setting() == "gpu"
     assert settings.hardware() == "cuda (Tesla T4)"
+    monkeypatch.setenv("BOOK_SETTING", "full")  # full is opt-in only
+    assert settings.setting() == "full"
+
+
+def test_a_dry_run_is_the_gpu_setting_with_capped_loops(monkeypatch):
+    monkeypatch.delenv("BOOK_SETTING", raising=False)
+    monkeypatch.setattr(settings.torch.cuda, "is_available", lambda: False)
+    assert not settings.is_dry_run() and settings.dry_run_steps() is None
+    assert settings.cap(500) == 500 and settings.cap(None) is None
+    assert settings.cap((0, 1, 2)) == (0, 1, 2)
+    monkeypatch.setenv("BOOK_DRY_RUN", "1")
+    assert settings.is_dry_run() and settings.setting() == "gpu"
+    steps = settings.dry_run_steps()
+    assert steps == settings.DRY_RUN_STEPS and 1 <= steps <= 5
+    assert settings.cap(500) == steps and settings.cap(None) == steps
+    assert settings.cap(1) == 1 and settings.cap(500, at=20) == 20
+    assert settings.cap((0, 1, 2)) == (0, 1) and settings.cap([0, 1, 2], at=1) == [0]
+    monkeypatch.setenv("BOOK_SETTING", "quick")  # an explicit setting still wins
+    assert settings.setting() == "quick"
 
 
 @pytest.mark.parametrize(
     "name, value, match",
     [
         ("BOOK_OFFLINE", "maybe", "BOOK_OFFLINE='maybe'.*1 or 0"),
+        ("BOOK_DRY_RUN", "sure", "BOOK_DRY_RUN='sure'.*1 or 0"),
         ("BOOK_SETTING", "fast", "quick"),
     ],
 )
 def test_bad_value_is_explained(monkeypatch, name, value, match):
     monkeypatch.setenv(name, value)
+    read = {
+        "BOOK_OFFLINE": settings.is_offline,
+        "BOOK_DRY_RUN": settings.is_dry_run,
+        "BOOK_SETTING": settings.setting,
+    }[name]
     with pytest.raises(ValueError, match=match):
-        settings.is_offline() if name == "BOOK_OFFLINE" else settings.setting()
+        read()
+
+
+@pytest.mark.parametrize("name", settings.SETTINGS)
+def test_describe_is_at_most_three_short_lines(monkeypatch, name):
+    monkeypatch.setenv("BOOK_SETTING", name)
+    monkeypatch.setattr(
+        settings, "hardware", lambda: "cpu (" + "a very long CPU model name " * 5 + ")"
+    )
+    for dry_run in ("0", "1"):
+        monkeypatch.setenv("BOOK_DRY_RUN", dry_run)
+        monkeypatch.setenv("BOOK_FIXTURES", dry_run)
+        lines = settings.describe().splitlines()
+        assert 2 <= len(lines) <= 3 and all(len(line) <= 80 for line in lines)
+        assert lines[0].startswith(f"Setting: {name.upper()}")
+        assert ("FIXTURES" in lines[-1]) == (dry_run == "1")
 
 
 def test_describe_names_setting_network_and_hardware(monkeypatch):
@@ -45,3 +100,54 @@ def test_describe_names_setting_network_and_hardware(monkeypatch):
     text = settings.describe()
     assert text.startswith("Setting: QUICK")
     assert "offline" in text and "cpu (" in text and "cores" in text
+
+
+def test_checkpoints_only_in_the_gpu_and_full_settings(monkeypatch, tmp_path):
+    for name in ("quick", "cpu"):
+        monkeypatch.setenv("BOOK_SETTING", name)
+        assert settings.checkpoint_root("ch10") is None
+        assert settings.run_dir(settings.checkpoint_root("ch10"), "clock") is None
+    monkeypatch.setenv("BOOK_SETTING", "gpu")
+    assert str(settings.checkpoint_root("ch10")) == "runs/ch10/gpu"
+    monkeypatch.setenv("BOOK_CHECKPOINT_DIR", str(tmp_path))
+    root = settings.checkpoint_root("ch10")
+    assert root == tmp_path / "ch10" / "gpu"
+    assert settings.run_dir(root, "clock") == root / "clock"
+    monkeypatch.setenv("BOOK_SETTING", "full")  # never resumes the gpu setting's runs
+    assert settings.checkpoint_root("ch10") == tmp_path / "ch10" / "full"
+
+
+def test_gpu_plan_states_its_assumptions_and_the_arithmetic():
+    work = [
+        settings.Work("training", 600_000, 1e9, batch=100),
+        settings.Work("testing", 100_000, 1e9, batch=1000, training=False),
+    ]
+    text = settings.gpu_plan(*work, note="data: CIFAR-10")
+    # 2 FLOP per MAC; training 3x forward: 2 * (3 * 6e14 + 1e14) = 3.8e15 FLOP; plus
+    # 6,000 training steps and 100 test batches of launch overhead.
+    assert "600,000 images x 1 GMAC x 3 (train)" in text
+    assert "100,000 images x 1 GMAC (test)" in text
+    assert "3.8 PFLOP" in text and "65 TFLOP/s" in text and "25%" in text
+    overhead = 6_000 * 5e-3 + 100 * 1.5e-3
+    minutes = (3.8e15 / (0.25 * settings.T4_FP16_PEAK) + overhead) / 60  # 4.4 min
+    assert (
+        f"~{minutes:.2g} min" in text and f"{overhead / 60:.2g} min of launch" in text
+    )
+    assert text.splitlines()[-1].strip() == "data: CIFAR-10"
+    fp32 = settings.gpu_plan(*work, amp=False)
+    assert "8.1 TFLOP/s" in fp32 and "50%" in fp32
+    assert (
+        f"~{(3.8e15 / (0.5 * settings.T4_FP32_PEAK) + overhead) / 60:.2g} min" in fp32
+    )
+    nothing = settings.gpu_plan()
+    assert "no training" in nothing and "FLOP" not in nothing
+    lines = (text + "\n" + fp32 + "\n" + nothing).splitlines()
+    assert all(len(line) <= 80 for line in lines)
+
+
+def test_fixtures_are_announced_loudly(monkeypatch, capsys):
+    assert not settings.uses_fixtures()
+    monkeypatch.setenv("BOOK_FIXTURES", "1")
+    assert settings.uses_fixtures()
+    settings.announce_fixture("CIFAR-10", "random images")
+    assert capsys.readouterr().out.startswith("[FIXTURE] CIFAR-10: random images")

@@ -14,6 +14,7 @@ import torch
 
 from going_modular import utils
 from going_modular.models import build_model
+from going_modular.models.registry import _REGISTRY
 
 
 def test_set_seeds_makes_every_generator_repeat():
@@ -124,16 +125,15 @@ def _dead_pid() -> int:
 
 
 def test_temporaries_of_an_interrupted_save_are_removed_next_time(tmp_path):
-    dead = tmp_path / f".model.pth-{_dead_pid()}-abcd1234"
-    old_style = tmp_path / ".model.pth-k2j3h4_x"
-    ours = tmp_path / f".model.pth-{os.getpid()}-zzzz9999"  # a save in progress
-    unrelated = tmp_path / ".model.pth-notes.txt"
-    for path in (dead, old_style, ours, unrelated):
+    dead = tmp_path / f".model.pth.partial-{_dead_pid()}-abcd1234"
+    ours = tmp_path / f".model.pth.partial-{os.getpid()}-zzzz9999"  # a save in progress
+    backups = [".model.pth-20240101", ".model.pth-k2j3h4_x", ".model.pth-notes.txt"]
+    for path in (dead, ours, *(tmp_path / name for name in backups)):
         path.write_bytes(b"partial")
     utils.save_model(_tiny(), tmp_path, "model.pth")
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
-        [ours.name, unrelated.name, "model.pth"]
-    )
+        [ours.name, *backups, "model.pth"]
+    )  # a user's backups that look like old-style temporaries are never touched
 
 
 def test_non_finite_weights_are_never_saved(tmp_path):
@@ -164,3 +164,100 @@ def test_prefer_channels_last_only_for_overlapping_convolutions(tmp_path):
     torch.testing.assert_close(cct.eval()(x), reference.eval()(x))
     path = utils.save_model(cct, tmp_path, "cct.pth")  # its checkpoint loads as usual
     torch.testing.assert_close(utils.load_model(path).eval()(x), reference(x))
+
+
+def _checkpoint(tmp_path, **changes):
+    """A valid checkpoint of ``_tiny()`` with ``changes`` applied, saved as raw torch."""
+    path = utils.save_model(_tiny(), tmp_path, "good.pth")
+    checkpoint = torch.load(path, weights_only=True) | changes
+    torch.save(checkpoint, tmp_path / "edited.pth")
+    return tmp_path / "edited.pth"
+
+
+def test_a_bogus_device_is_reported_as_such(tmp_path):
+    path = utils.save_model(_tiny(), tmp_path, "m.pth")
+    with pytest.raises(
+        ValueError, match="device='bogus' is not a device PyTorch knows"
+    ):
+        utils.load_model(path, device="bogus")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="this machine has no CUDA GPU"):
+            utils.load_model(path, device="cuda")
+
+
+def test_a_checkpoint_of_an_unknown_format_is_refused(tmp_path):
+    path = _checkpoint(tmp_path, format=99)
+    with pytest.raises(ValueError, match="format 99; this version of going_modular"):
+        utils.load_checkpoint(path)
+
+
+def test_nan_weights_are_refused_on_load(tmp_path):
+    state = {
+        k: torch.full_like(v, float("nan")) for k, v in _tiny().state_dict().items()
+    }
+    path = _checkpoint(tmp_path, state_dict=state)
+    with pytest.raises(ValueError, match="Refusing to load .*weight tensor.*NaN"):
+        utils.load_model(path)
+    with pytest.raises(ValueError, match="Refusing to load"):
+        utils.load_model(path, _tiny())
+
+
+def test_a_build_config_larger_than_its_weights_is_refused_before_allocating(
+    tmp_path, monkeypatch
+):
+    built_on = []
+    real_build = utils.build_model
+
+    def build_model(name, **kwargs):
+        built_on.append(str(torch.empty(0).device))
+        return real_build(name, **kwargs)
+
+    monkeypatch.setattr(utils, "build_model", build_model)
+    path = _checkpoint(
+        tmp_path, build_config={"name": "vit_b_16", "kwargs": {"num_classes": 10}}
+    )  # a 50 KB file asking for an 86-million-weight ViT-B/16 (344 MB)
+    with pytest.raises(ValueError, match="describes 85,806,346 weight values but"):
+        utils.load_model(path)
+    assert built_on == ["meta"]  # never on the CPU
+
+
+def test_a_checkpoint_never_triggers_a_pretrained_download(tmp_path, monkeypatch):
+    asked = []
+
+    def pretrained_linear(num_classes: int = 2, weights: str | None = "DEFAULT"):
+        asked.append(weights)  # vit_b_16_pretrained would download its weights here
+        return torch.nn.Linear(3, num_classes)
+
+    monkeypatch.setitem(_REGISTRY, "pretrained_linear", pretrained_linear)
+    model = build_model("pretrained_linear", weights=None)
+    path = tmp_path / "edited.pth"
+    torch.save(
+        {
+            "format": utils.CHECKPOINT_FORMAT,
+            "state_dict": model.state_dict(),
+            "build_config": {
+                "name": "pretrained_linear",
+                "kwargs": {"num_classes": 2, "weights": "IMAGENET1K_V1"},
+            },
+        },
+        path,
+    )
+    loaded = utils.load_model(path)
+    assert asked == [None, None, None]  # built, checked on meta, rebuilt: never fetched
+    assert torch.equal(loaded.weight, model.weight)
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"build_config": {"name": "tinyvgg"}}, "records a build_config that cannot"),
+        (
+            {"build_config": {"name": "tinyvgg", "kwargs": {"heads": 3}}},
+            "unexpected keyword argument 'heads'",
+        ),
+        ({"state_dict": [1, 2]}, "is damaged: its state_dict is not a mapping"),
+    ],
+)
+def test_a_broken_build_config_or_state_dict_is_explained(tmp_path, changes, message):
+    with pytest.raises(ValueError, match=message):
+        utils.load_model(_checkpoint(tmp_path, **changes))

@@ -31,6 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .checks import check_positive, check_rates, check_sizes
 from .registry import register_model
 
 POSITIONAL_EMBEDDINGS = ("learnable", "sine", "none")
@@ -66,6 +67,17 @@ class Tokenizer(nn.Module):
         conv_bias: bool = False,
     ):
         super().__init__()
+        check_sizes(
+            in_channels=in_channels,
+            embedding_dim=embedding_dim,
+            kernel_size=kernel_size,
+            stride=stride,
+            n_conv_layers=n_conv_layers,
+            in_planes=in_planes,
+            pooling_kernel_size=pooling_kernel_size,
+            pooling_stride=pooling_stride,
+        )
+        check_sizes(0, padding=padding, pooling_padding=pooling_padding)
         self.in_channels = in_channels
         channels = [in_channels] + [in_planes] * (n_conv_layers - 1) + [embedding_dim]
         self.conv_layers = nn.Sequential(
@@ -157,6 +169,15 @@ class TextTokenizer(nn.Module):
         pooling_padding: int = 1,
     ):
         super().__init__()
+        check_sizes(
+            word_embedding_dim=word_embedding_dim,
+            embedding_dim=embedding_dim,
+            kernel_size=kernel_size,
+            stride=stride,
+            pooling_kernel_size=pooling_kernel_size,
+            pooling_stride=pooling_stride,
+        )
+        check_sizes(0, padding=padding, pooling_padding=pooling_padding)
         self.conv_layers = nn.Sequential(
             nn.Conv1d(
                 word_embedding_dim,
@@ -212,6 +233,7 @@ class DropPath(nn.Module):
 
     def __init__(self, p: float = 0.0):
         super().__init__()
+        check_rates(p=p)
         self.p = p
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -241,6 +263,10 @@ class Attention(nn.Module):
         projection_dropout: float = 0.0,
     ):
         super().__init__()
+        check_sizes(embedding_dim=dim, num_heads=num_heads)
+        check_rates(
+            attention_dropout=attention_dropout, projection_dropout=projection_dropout
+        )
         if dim % num_heads:
             raise ValueError(
                 f"embedding_dim={dim} is not divisible by num_heads={num_heads}."
@@ -301,6 +327,8 @@ class TransformerEncoderLayer(nn.Module):
         drop_path_rate: float = 0.0,
     ):
         super().__init__()
+        check_sizes(d_model=d_model, nhead=nhead, dim_feedforward=dim_feedforward)
+        check_rates(dropout=dropout, drop_path_rate=drop_path_rate)
         self.pre_norm = nn.LayerNorm(d_model)
         self.self_attn = Attention(
             d_model, nhead, attention_dropout, projection_dropout=dropout
@@ -394,6 +422,25 @@ class TransformerClassifier(nn.Module):
         sequence_length: int | None = None,
     ):
         super().__init__()
+        check_sizes(
+            embedding_dim=embedding_dim,
+            num_layers=num_layers,
+            num_heads=num_heads,
+            num_classes=num_classes,
+        )
+        check_positive(mlp_ratio=mlp_ratio)
+        check_rates(
+            dropout=dropout,
+            attention_dropout=attention_dropout,
+            stochastic_depth=stochastic_depth,
+        )
+        if int(embedding_dim * mlp_ratio) < 1:
+            raise ValueError(
+                f"mlp_ratio={mlp_ratio} gives an MLP of width "
+                f"int({embedding_dim} * {mlp_ratio}) = 0: use a larger mlp_ratio."
+            )
+        if sequence_length is not None:
+            check_sizes(sequence_length=sequence_length)
         if positional_embedding not in POSITIONAL_EMBEDDINGS:
             raise ValueError(
                 f"Unknown positional_embedding {positional_embedding!r}: choose one of "
@@ -427,7 +474,7 @@ class TransformerClassifier(nn.Module):
         else:
             self.positional_emb = None
         self.dropout = nn.Dropout(dropout)
-        rates = torch.linspace(0, stochastic_depth, num_layers).tolist()
+        rates = torch.linspace(0, stochastic_depth, num_layers, device="cpu").tolist()
         self.blocks = nn.ModuleList(
             TransformerEncoderLayer(
                 embedding_dim,
@@ -521,6 +568,18 @@ class TransformerClassifier(nn.Module):
 # Image models -----------------------------------------------------------------------------------
 
 
+def _image_size(img_size: int | tuple[int, int]) -> tuple[int, int]:
+    """``img_size`` as (height, width), checked."""
+    size = (img_size, img_size) if isinstance(img_size, int) else tuple(img_size)
+    if len(size) != 2:
+        raise ValueError(
+            f"img_size must be one size or (height, width), got {img_size!r}."
+        )
+    for side in size:
+        check_sizes(img_size=side)
+    return size
+
+
 class CompactTransformer(nn.Module):
     """A :class:`Tokenizer` followed by a :class:`TransformerClassifier`, for fixed-size images.
 
@@ -544,9 +603,7 @@ class CompactTransformer(nn.Module):
         positional_embedding: str = "learnable",
     ):
         super().__init__()
-        self.img_size = (
-            (img_size, img_size) if isinstance(img_size, int) else tuple(img_size)
-        )
+        self.img_size = _image_size(img_size)
         self.in_channels = tokenizer.in_channels
         self.tokenizer = tokenizer
         self.grid_size = tokenizer.grid_size(*self.img_size)
@@ -619,7 +676,8 @@ class CCT(CompactTransformer):
 
 
 def _check_patches(img_size: int | tuple[int, int], patch_size: int) -> None:
-    for side in (img_size, img_size) if isinstance(img_size, int) else img_size:
+    check_sizes(patch_size=patch_size)
+    for side in _image_size(img_size):
         if side % patch_size:
             raise ValueError(
                 f"Image size {side} is not divisible by patch size {patch_size}: use a multiple "
@@ -693,6 +751,12 @@ class TextCCT(nn.Module):
         freeze_embedding: bool = False,
     ):
         super().__init__()
+        check_sizes(
+            vocab_size=vocab_size,
+            num_classes=num_classes,
+            seq_len=seq_len,
+            word_embedding_dim=word_embedding_dim,
+        )
         if embedding_weights is None:
             self.embedding = nn.Embedding(
                 vocab_size, word_embedding_dim, padding_idx=padding_idx
@@ -718,6 +782,12 @@ class TextCCT(nn.Module):
             pooling_stride=pooling_stride,
             pooling_padding=pooling_padding,
         )
+        tokens = self.tokenizer.sequence_length(seq_len)
+        if tokens < 1:
+            raise ValueError(
+                f"seq_len={seq_len} leaves no tokens after the convolution and pooling: "
+                "use longer sequences or a smaller kernel_size or pooling."
+            )
         self.classifier = TransformerClassifier(
             seq_pool=True,
             embedding_dim=embedding_dim,
@@ -729,7 +799,7 @@ class TextCCT(nn.Module):
             attention_dropout=attention_dropout,
             stochastic_depth=stochastic_depth,
             positional_embedding=positional_embedding,
-            sequence_length=self.tokenizer.sequence_length(seq_len),
+            sequence_length=tokens,
         )
 
     def forward(

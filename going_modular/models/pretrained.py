@@ -5,6 +5,8 @@ fixed, replace the 1000-class head by a fresh ``nn.Linear(768, num_classes)`` an
 that. The weights' own preprocessing (``weights.transforms()``) comes with it; it needs no
 download. Offline (``BOOK_OFFLINE=1``), or when the download fails and ``fallback`` is True,
 the same code path runs on an UNTRAINED backbone, announced by one ``[STAND-IN]`` line.
+With ``BOOK_FIXTURES=1`` the weights in torch's hub cache are a test fixture (random values
+with the real keys and shapes), announced by one ``[FIXTURE]`` line.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from torch import nn
 from torchvision.models import VisionTransformer, ViT_B_16_Weights, vit_b_16
 
 from ..download import DownloadError
-from ..settings import is_offline
+from ..settings import announce_fixture, is_offline, uses_fixtures
 from .registry import register_model
 
 WeightsLike = str | ViT_B_16_Weights | None
@@ -68,6 +70,48 @@ def _stand_in_line(enum: ViT_B_16_Weights, why: str) -> str:
     )
 
 
+def load_pretrained_vit_b_16(
+    weights: WeightsLike = "DEFAULT", *, fallback: bool = True
+) -> VisionTransformer | None:
+    """torchvision's ViT-B/16 with pretrained ``weights`` (and their ImageNet head).
+
+    Downloads the weights once into torch's hub cache (``TORCH_HOME``). Offline, or when the
+    download fails and ``fallback`` is True, prints one ``[STAND-IN]`` line and returns
+    None; with ``fallback=False`` it raises :class:`~going_modular.download.DownloadError`.
+    """
+    enum = resolve_weights(weights) or ViT_B_16_Weights.DEFAULT
+    if is_offline():
+        if not fallback:
+            raise DownloadError(
+                f"Could not download {enum.url}: BOOK_OFFLINE=1 forbids network access. "
+                "Unset BOOK_OFFLINE to download the pretrained weights, or pass "
+                "fallback=True to run on an untrained stand-in backbone."
+            )
+        print(_stand_in_line(enum, "are not available offline"))
+        return None
+    try:
+        model = vit_b_16(weights=enum, progress=True)
+    except (
+        OSError,
+        RuntimeError,
+    ) as error:  # URLError is an OSError; bad hash: Runtime
+        if not fallback:
+            raise DownloadError(
+                f"Could not download {enum.url}: {error}. Check your connection and "
+                "retry (a half-written file in torch's hub cache can be deleted), or "
+                "pass fallback=True to run on an untrained stand-in backbone."
+            ) from error
+        print(f"[INFO] Could not get the pretrained weights: {error}")
+        print(_stand_in_line(enum, "could not be downloaded"))
+        return None
+    if uses_fixtures():
+        announce_fixture(
+            f"ViT-B/16 weights {enum.name}",
+            "random values with the real keys and shapes",
+        )
+    return model
+
+
 def create_vit_feature_extractor(
     num_classes: int,
     weights: WeightsLike = "DEFAULT",
@@ -100,31 +144,9 @@ def create_vit_feature_extractor(
     if enum is not None and img_size not in (None, weights_image_size(enum)):
         raise ValueError(_size_message(enum, img_size))
     image_size = img_size or weights_image_size(enum)
-    model: VisionTransformer | None = None
+    model = None
     if enum is not None:
-        if is_offline():
-            if not fallback:
-                raise DownloadError(
-                    f"Could not download {enum.url}: BOOK_OFFLINE=1 forbids network access. "
-                    "Unset BOOK_OFFLINE to download the pretrained weights, or pass "
-                    "fallback=True to run on an untrained stand-in backbone."
-                )
-            print(_stand_in_line(enum, "are not available offline"))
-        else:
-            try:
-                model = vit_b_16(weights=enum, progress=True)
-            except (
-                OSError,
-                RuntimeError,
-            ) as error:  # URLError is an OSError; bad hash: Runtime
-                if not fallback:
-                    raise DownloadError(
-                        f"Could not download {enum.url}: {error}. Check your connection and "
-                        "retry (a half-written file in torch's hub cache can be deleted), or "
-                        "pass fallback=True to run on an untrained stand-in backbone."
-                    ) from error
-                print(f"[INFO] Could not get the pretrained weights: {error}")
-                print(_stand_in_line(enum, "could not be downloaded"))
+        model = load_pretrained_vit_b_16(enum, fallback=fallback)
     pretrained = model is not None
     if model is None:
         model = vit_b_16(weights=None, image_size=image_size)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .checks import check_sizes
 from .registry import register_model
 
 
@@ -33,6 +34,12 @@ class TinyVGG(nn.Module):
         img_size: int = 64,
     ):
         super().__init__()
+        check_sizes(
+            in_channels=in_channels,
+            hidden_units=hidden_units,
+            num_classes=num_classes,
+            img_size=img_size,
+        )
         if img_size < 4:
             raise ValueError(
                 f"TinyVGG needs images of at least 4x4 pixels, got {img_size}."

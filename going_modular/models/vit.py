@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 from torchvision.models import VisionTransformer
 
+from .checks import check_positive, check_rates, check_sizes
 from .registry import register_model
 
 
@@ -39,6 +40,9 @@ class PatchEmbedding(nn.Module):
         self, in_channels: int = 3, patch_size: int = 16, embedding_dim: int = 768
     ):
         super().__init__()
+        check_sizes(
+            in_channels=in_channels, patch_size=patch_size, embedding_dim=embedding_dim
+        )
         self.in_channels = in_channels
         self.patch_size = patch_size
         self.patcher = nn.Conv2d(
@@ -88,6 +92,9 @@ class MultiheadSelfAttentionBlock(nn.Module):
         proj_dropout: float = 0.0,
     ):
         super().__init__()
+        check_sizes(embedding_dim=embedding_dim, num_heads=num_heads)
+        check_rates(attn_dropout=attn_dropout, proj_dropout=proj_dropout)
+        check_positive(layer_norm_eps=layer_norm_eps)
         if embedding_dim % num_heads:
             raise ValueError(
                 f"embedding_dim={embedding_dim} is not divisible by num_heads={num_heads}: each "
@@ -139,6 +146,9 @@ class MLPBlock(nn.Module):
         layer_norm_eps: float = 1e-6,
     ):
         super().__init__()
+        check_sizes(embedding_dim=embedding_dim, mlp_size=mlp_size)
+        check_rates(dropout=dropout)
+        check_positive(layer_norm_eps=layer_norm_eps)
         self.layer_norm = nn.LayerNorm(embedding_dim, eps=layer_norm_eps)
         self.mlp = nn.Sequential(
             nn.Linear(embedding_dim, mlp_size),
@@ -217,6 +227,22 @@ class ViT(nn.Module):
         layer_norm_eps: float = 1e-6,
     ):
         super().__init__()
+        check_sizes(
+            img_size=img_size,
+            in_channels=in_channels,
+            patch_size=patch_size,
+            num_transformer_layers=num_transformer_layers,
+            embedding_dim=embedding_dim,
+            mlp_size=mlp_size,
+            num_heads=num_heads,
+            num_classes=num_classes,
+        )
+        check_rates(
+            attn_dropout=attn_dropout,
+            mlp_dropout=mlp_dropout,
+            embedding_dropout=embedding_dropout,
+        )
+        check_positive(layer_norm_eps=layer_norm_eps)
         if img_size % patch_size:
             raise ValueError(
                 f"Image size {img_size} is not divisible by patch size {patch_size}: choose an "

@@ -33,6 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .checks import check_rates, check_sizes
 from .registry import register_model
 
 Norm = Callable[[int], nn.Module]
@@ -189,6 +190,18 @@ class _NormedViT(nn.Module):
         emb_dropout: float = 0.0,
     ):
         super().__init__()
+        check_sizes(
+            image_size=image_size,
+            patch_size=patch_size,
+            num_classes=num_classes,
+            dim=dim,
+            depth=depth,
+            heads=heads,
+            dim_head=dim_head,
+            mlp_dim=mlp_dim,
+            channels=channels,
+        )
+        check_rates(dropout=dropout, emb_dropout=emb_dropout)
         if image_size % patch_size:
             raise ValueError(
                 f"image_size={image_size} is not divisible by patch_size={patch_size}: "

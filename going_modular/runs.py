@@ -1,0 +1,353 @@
+"""Run folders that never overwrite each other: atomic writes, a lock and a ``latest`` pointer.
+
+Each training run of the CLI gets its own new folder ``<output-dir>/<timestamp>-<id>/`` (as
+MLflow and Lightning version their runs); nothing a later run does deletes or moves it. A
+lock file (``<output-dir>/.lock``) refuses a second run into the same folder while one is
+running, and ``<output-dir>/latest`` points to the newest run that saved a model (a symlink,
+or a text file holding the run's name where symlinks are not possible).
+
+Files are written atomically: to a temporary name beside the target, then renamed into
+place. Temporary names are those of :mod:`going_modular.download`,
+``.<name>.partial-<pid>-<8 characters>``, so that a cleanup only ever removes temporaries
+that this code wrote and whose process has ended, never a user's ``.model.pth-20240101``.
+A run's ``model.pth`` is saved first and its ``results.json`` last, holding the model file's
+SHA-256: the two belong together exactly when :func:`pair_matches`.
+
+SIGTERM and SIGHUP stop a run as Ctrl-C does (:func:`stop_signals`), and all three are held
+back while a run's files are written (:func:`signals_held`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import signal
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from .download import remove_stale_temporaries, sha256_of, temporary_prefix
+
+try:
+    import fcntl
+except ImportError:  # Windows: runs go ahead unlocked
+    fcntl = None
+
+__all__ = [
+    "LATEST",
+    "LOCK",
+    "MODEL",
+    "RESULTS",
+    "STOP_SIGNALS",
+    "OutputLock",
+    "RunLockedError",
+    "StopSignal",
+    "atomic_write",
+    "check_path_length",
+    "exit_code",
+    "new_run_dir",
+    "pair_matches",
+    "resolve_run",
+    "save_pair",
+    "signals_held",
+    "stop_signals",
+    "umask",
+    "update_latest",
+    "write_json",
+]
+
+LATEST = "latest"
+LOCK = ".lock"
+MODEL = "model.pth"
+RESULTS = "results.json"
+# SIGTERM and SIGHUP stop a run as Ctrl-C (SIGINT) does; each exits with 128 + its number.
+STOP_SIGNALS = tuple(
+    getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name)
+)
+NAME_MAX = 255  # bytes in one file or folder name, on the usual file systems
+PATH_MAX = 4095  # bytes in a whole path (Linux; macOS allows 1023)
+# The longest path this module writes below a run folder: "/" + "<run id>" + "/" + a
+# temporary of "results.json" (the longest file name a run writes).
+_LONGEST_INSIDE = len(
+    "/20240101-000000-abcd1234/.results.json.partial-4194304-abcdefgh"
+)
+
+
+class RunLockedError(RuntimeError):
+    """Another process is writing a run into the same output folder."""
+
+
+class StopSignal(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised in the main thread as Ctrl-C raises KeyboardInterrupt."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def exit_code(interrupt: KeyboardInterrupt) -> int:
+    """128 + the number of the signal that raised ``interrupt`` (130 for Ctrl-C)."""
+    return 128 + getattr(interrupt, "signum", signal.SIGINT)
+
+
+def _in_main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
+@contextlib.contextmanager
+def stop_signals() -> Iterator[None]:
+    """Within the block, SIGTERM and SIGHUP raise :class:`StopSignal` (main thread only)."""
+    if not _in_main_thread():
+        yield
+        return
+
+    def stop(signum, frame):
+        raise StopSignal(signum)
+
+    previous = {signum: signal.signal(signum, stop) for signum in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+@contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """Ignore Ctrl-C, SIGTERM and SIGHUP within the block (main thread only), so that a
+    stop cannot cut a save short."""
+    if not _in_main_thread():
+        yield
+        return
+    previous = {
+        signum: signal.signal(signum, signal.SIG_IGN)
+        for signum in (signal.SIGINT, *STOP_SIGNALS)
+    }
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def umask() -> int:
+    """The process's umask (reading it means setting it, so it is set straight back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def atomic_write(path: str | Path, write: Callable[[BinaryIO], None]) -> Path:
+    """Write ``path`` as one step: ``write(f)`` fills a temporary file beside it (open for
+    binary writing), which is flushed to disk and renamed into place, so ``path`` is always
+    either the old file or the whole new one.
+
+    Stale temporaries of ended processes are removed first; on any error the temporary is
+    removed and ``path`` is left as it was (an OSError such as a full disk then names
+    ``path``). The file gets the umask's permissions.
+    """
+    path = Path(path)
+    remove_stale_temporaries(path.parent, path.name)
+    fd, tmp = tempfile.mkstemp(prefix=temporary_prefix(path.name), dir=path.parent)
+    os.close(fd)
+    try:
+        with open(tmp, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~umask())
+        os.replace(tmp, path)
+    except OSError as error:
+        error.filename = error.filename or str(path)
+        raise
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    return path
+
+
+def write_json(path: str | Path, data: dict[str, Any]) -> Path:
+    """Write ``data`` to ``path`` atomically as strict JSON (NaN is refused, not written)."""
+    text = json.dumps(data, indent=2, allow_nan=False).encode()
+    return atomic_write(path, lambda f: f.write(text))
+
+
+def save_pair(
+    run_dir: str | Path,
+    save_model: Callable[[Path], Path],
+    record: dict[str, Any],
+    results: dict[str, Any],
+) -> None:
+    """Save a run's model (``save_model(run_dir)`` writes it atomically and returns its
+    path), then ``results.json`` (``record | results`` plus the model file's SHA-256), with
+    stop signals held back."""
+    run_dir = Path(run_dir)
+    with signals_held():
+        path = save_model(run_dir)
+        write_json(
+            run_dir / RESULTS, record | {"model_sha256": sha256_of(path)} | results
+        )
+
+
+def pair_matches(run_dir: str | Path) -> bool:
+    """Whether ``run_dir``'s ``results.json`` describes the ``model.pth`` beside it."""
+    run_dir = Path(run_dir)
+    try:
+        recorded = json.loads((run_dir / RESULTS).read_text()).get("model_sha256")
+        return recorded == sha256_of(run_dir / MODEL)
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def check_path_length(folder: str | Path) -> None:
+    """Raise ValueError when a run folder inside ``folder`` would need a name or path longer
+    than file systems allow (each name 255 bytes, a path 4095)."""
+    absolute = Path(os.path.abspath(folder))
+    for part in absolute.parts:
+        if len(os.fsencode(part)) > NAME_MAX:
+            raise ValueError(
+                f"the folder name {part[:40]}... is {len(os.fsencode(part))} bytes long; "
+                f"file systems allow {NAME_MAX}. Choose a shorter name"
+            )
+    length = len(os.fsencode(str(absolute))) + _LONGEST_INSIDE
+    if length > PATH_MAX:
+        raise ValueError(
+            f"the path is {len(os.fsencode(str(absolute)))} bytes long, and the files of a "
+            f"run inside it would exceed the {PATH_MAX}-byte limit. Choose a shorter path"
+        )
+
+
+def new_run_dir(output_dir: str | Path) -> Path:
+    """Create and return a new, empty run folder ``output_dir/<YYYYmmdd-HHMMSS>-<8 hex>``."""
+    run_dir = Path(output_dir) / (
+        f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}"
+    )
+    run_dir.mkdir(parents=True)
+    return run_dir
+
+
+def update_latest(run_dir: str | Path) -> Path:
+    """Point ``<output-dir>/latest`` at ``run_dir`` in one step (a relative symlink, or a text
+    file with the run's name where symlinks fail); return the pointer.
+
+    Raises OSError when ``latest`` cannot be replaced (e.g. it is a real folder).
+    """
+    run_dir = Path(run_dir)
+    latest = run_dir.parent / LATEST
+    if latest.is_dir() and not latest.is_symlink():
+        raise IsADirectoryError(
+            errno.EISDIR, f"{latest} is a folder, not a pointer; it was left as it is"
+        )
+    tmp = run_dir.parent / f"{temporary_prefix(LATEST)}{uuid.uuid4().hex[:8]}"
+    try:
+        os.symlink(run_dir.name, tmp, target_is_directory=True)
+    except OSError:  # no symlinks here (some FUSE mounts, Windows without rights)
+        return atomic_write(latest, lambda f: f.write(f"{run_dir.name}\n".encode()))
+    try:
+        os.replace(tmp, latest)
+    finally:
+        if os.path.lexists(tmp):
+            os.remove(tmp)
+    return latest
+
+
+def resolve_run(path: str | Path) -> Path:
+    """The run folder ``path`` names: the folder itself, or the one a ``latest`` symlink or
+    text pointer refers to."""
+    path = Path(path)
+    if path.is_file() and path.name == LATEST:
+        return path.parent / path.read_text().strip()
+    return path.resolve()
+
+
+class OutputLock:
+    """Hold ``<folder>/.lock`` while a run writes into ``folder`` (a context manager).
+
+    A second process meets :class:`RunLockedError`, which names the holder's process id.
+    The lock is an advisory ``flock``, which the kernel releases when its process dies, so
+    the lock file left by a killed run is simply taken over (``took_over`` is then that
+    run's process id, and one line says so). Where the file system has no ``flock`` (some
+    network mounts, Windows), ``locked`` is False and a warning says the run goes ahead
+    unlocked.
+    """
+
+    def __init__(self, folder: str | Path):
+        self.path = Path(folder) / LOCK
+        self.fd: int | None = None
+        self.locked = False
+        self.took_over: int | None = None
+
+    def _holder(self) -> int | None:
+        try:
+            return int(self.path.read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            return None
+
+    def _unlockable(self) -> OutputLock:
+        print(
+            f"[WARNING] {self.path.parent} cannot be locked on this file system: a second "
+            "run into it at the same time would not be refused.",
+            file=sys.stderr,
+        )
+        return self
+
+    def acquire(self) -> OutputLock:
+        """Take the lock, or raise :class:`RunLockedError`; say when it was taken over
+        or cannot be taken here."""
+        if fcntl is None:
+            return self._unlockable()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        while True:
+            before = self._holder()
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                who = f"process {before}" if before else "another process"
+                raise RunLockedError(
+                    f"{self.path.parent} is in use: {who} is training into it "
+                    f"({self.path} is locked). Wait for that run to end, or choose "
+                    "another output folder"
+                ) from None
+            except OSError:  # e.g. ENOLCK: this file system has no flock
+                os.close(fd)
+                return self._unlockable()
+            try:
+                same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:  # not a file that its last holder removed while we opened it
+                break
+            os.close(fd)
+        self.fd, self.locked = fd, True
+        if before is not None and before != os.getpid():
+            self.took_over = before  # a clean exit removes the file: that run died
+            print(f"[INFO] {self.path} was left by process {before}, which has ended.")
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()} {time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode())
+        return self
+
+    def release(self) -> None:
+        """Give the lock up (removing its file)."""
+        if self.fd is None:
+            return
+        try:
+            os.remove(self.path)  # while still holding it, so no one is in between
+        except FileNotFoundError:
+            pass
+        os.close(self.fd)
+        self.fd, self.locked = None, False
+
+    def __enter__(self) -> OutputLock:
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()

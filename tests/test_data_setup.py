@@ -1,0 +1,212 @@
+"""Images read as they are: link loops, 16-bit and float depth, decompression bombs, every
+image checked before the first epoch, one-class and empty-class folders."""
+
+from __future__ import annotations
+
+import io
+import os
+import struct
+import time
+import zlib
+
+import numpy as np
+import pytest
+from PIL import Image
+from torchvision import transforms
+
+from going_modular import data_setup
+from going_modular.data_setup import ImageDecodeError, load_rgb, verify_images
+
+TO_TENSOR = transforms.Compose([transforms.Resize((8, 8)), transforms.ToTensor()])
+
+
+def _images(folder, count, size=8):
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(len(str(folder)))
+    for i in range(count):
+        pixels = rng.integers(0, 256, (size, size, 3), dtype=np.uint8)
+        Image.fromarray(pixels).save(folder / f"img{i}.png")
+
+
+def _two_splits(root, train=3, test=1):
+    for split, count in (("train", train), ("test", test)):
+        for name in ("shirt", "shoe"):
+            _images(root / split / name, count)
+    return root / "train", root / "test"
+
+
+def _loaders(train_dir, test_dir, **kwargs):
+    return data_setup.create_dataloaders(
+        train_dir, test_dir, TO_TENSOR, 2, num_workers=0, **kwargs
+    )
+
+
+# Link loops (FAIL 7) --------------------------------------------------------------------
+
+
+def test_a_link_loop_in_a_class_folder_is_refused_with_its_path(tmp_path):
+    """``ln -s . train/shirt/loop`` multiplied a class's images (24 -> 344) silently."""
+    train_dir, test_dir = _two_splits(tmp_path)
+    os.symlink(".", train_dir / "shirt" / "loop")
+    with pytest.raises(ValueError, match=r"shirt/loop leads to a folder already read"):
+        _loaders(train_dir, test_dir)
+
+
+def test_two_links_to_one_folder_are_refused(tmp_path):
+    train_dir, test_dir = _two_splits(tmp_path)
+    _images(tmp_path / "elsewhere", 2)
+    os.symlink(tmp_path / "elsewhere", train_dir / "shirt" / "a")
+    os.symlink(tmp_path / "elsewhere", train_dir / "shoe" / "b")
+    with pytest.raises(ValueError, match=r"shoe/b leads to a folder already read"):
+        _loaders(train_dir, test_dir)
+
+
+def test_a_link_to_a_folder_elsewhere_is_followed_once(tmp_path):
+    train_dir, test_dir = _two_splits(tmp_path)
+    _images(tmp_path / "more_shirts", 2)
+    os.symlink(tmp_path / "more_shirts", train_dir / "shirt" / "more")
+    train_dl, _, classes = _loaders(train_dir, test_dir)
+    targets = sorted(t for _, t in train_dl.dataset.samples)
+    assert classes == ["shirt", "shoe"] and targets == [0] * 5 + [1] * 3
+
+
+# Depth (FAIL 8) --------------------------------------------------------------------------
+
+
+def test_a_16_bit_ramp_stays_a_ramp(tmp_path):
+    """A 0-65535 ramp loaded 99.6% white with two grey levels."""
+    ramp = np.tile(np.linspace(0, 65535, 256).round().astype(np.uint16), (4, 1))
+    path = tmp_path / "ramp16.png"
+    Image.fromarray(ramp).save(path)
+    assert Image.open(path).mode == "I;16"
+    pixels = np.asarray(load_rgb(path))
+    assert pixels.shape == (4, 256, 3) and (pixels == pixels[..., :1]).all()
+    np.testing.assert_array_equal(pixels[0, :, 0], np.arange(256))
+
+
+def test_float_images_are_scaled_by_their_range(tmp_path):
+    """A float TIFF of 0.5 loaded black."""
+    Image.fromarray(np.full((4, 4), 0.5, np.float32)).save(tmp_path / "half.tif")
+    assert Image.open(tmp_path / "half.tif").mode == "F"
+    assert set(np.asarray(load_rgb(tmp_path / "half.tif")).ravel()) == {128}
+    # Values outside [0, 1] (a depth map in metres) are stretched over their own range.
+    depth = np.array([[2.0, 4.0], [6.0, 10.0]], np.float32)
+    Image.fromarray(depth).save(tmp_path / "depth.tif")
+    np.testing.assert_array_equal(
+        np.asarray(load_rgb(tmp_path / "depth.tif"))[..., 0], [[0, 64], [128, 255]]
+    )
+
+
+def test_8_bit_images_are_unchanged(tmp_path):
+    pixels = np.random.default_rng(0).integers(0, 256, (5, 7, 3), dtype=np.uint8)
+    Image.fromarray(pixels).save(tmp_path / "rgb.png")
+    Image.fromarray(pixels[..., 0]).save(tmp_path / "grey.png")
+    np.testing.assert_array_equal(np.asarray(load_rgb(tmp_path / "rgb.png")), pixels)
+    grey = np.asarray(load_rgb(tmp_path / "grey.png"))
+    np.testing.assert_array_equal(grey, np.repeat(pixels[..., :1], 3, axis=2))
+
+
+def test_a_16_bit_dataset_trains_on_grey_levels_not_white(tmp_path):
+    train_dir, test_dir = _two_splits(tmp_path)
+    dark = np.full((8, 8), 16384, np.uint16)  # a quarter of the 16-bit range
+    Image.fromarray(dark).save(train_dir / "shirt" / "dark16.png")
+    train_dl, _, _ = _loaders(train_dir, test_dir)
+    index = [p for p, _ in train_dl.dataset.samples].index(
+        str(train_dir / "shirt" / "dark16.png")
+    )
+    image, _ = train_dl.dataset[index]
+    assert image.unique().tolist() == [pytest.approx(64 / 255)]
+
+
+# Decompression bombs and corrupt files, found before the first epoch ---------------------
+
+
+def _png_header(width: int, height: int) -> bytes:
+    """A PNG that declares ``width`` x ``height`` pixels (its data is never reached)."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        body = kind + data
+        return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
+
+    header = struct.pack(">IIBBBBB", width, height, 1, 0, 0, 0, 0)  # 1-bit grey
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IEND", b"")
+
+
+def test_a_decompression_bomb_is_refused_with_its_name(tmp_path):
+    """A 50000x50000 PNG gave a raw DecompressionBombError traceback."""
+    bomb = tmp_path / "bomb.png"
+    bomb.write_bytes(_png_header(50_000, 50_000))
+    with pytest.raises(ImageDecodeError, match=r"bomb.png.*exceeds limit.*shrink it"):
+        load_rgb(bomb)
+    with pytest.raises(ImageDecodeError, match=r"bomb.png: Image size \(2500000000"):
+        verify_images([bomb])
+
+
+def test_verify_images_lists_every_bad_file(tmp_path):
+    good = tmp_path / "good.jpg"
+    Image.fromarray(
+        np.random.default_rng(0).integers(0, 256, (64, 64, 3), dtype=np.uint8)
+    ).save(good)
+    data = good.read_bytes()
+    (tmp_path / "truncated.jpg").write_bytes(data[: len(data) // 2])
+    buffer = io.BytesIO()
+    Image.new("RGB", (64, 64), "red").save(buffer, format="PNG")
+    (tmp_path / "cut.png").write_bytes(buffer.getvalue()[:-20])
+    (tmp_path / "text.png").write_text("not an image")
+    (tmp_path / "bomb.png").write_bytes(_png_header(50_000, 50_000))
+    paths = sorted(tmp_path.iterdir())
+    with pytest.raises(ImageDecodeError) as info:
+        verify_images(paths)
+    message = str(info.value)
+    assert message.startswith("Cannot decode images: 4 file(s)")
+    for name in ("truncated.jpg", "cut.png", "text.png", "bomb.png"):
+        assert f"{tmp_path / name}: " in message
+    assert "good.jpg" not in message and "Delete or replace them" in message
+    verify_images([good])  # nothing to say
+
+
+def test_a_corrupt_image_stops_the_loaders_before_any_batch(tmp_path):
+    train_dir, test_dir = _two_splits(tmp_path)
+    (test_dir / "shoe" / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\n garbage")
+    (train_dir / "shirt" / "broken.jpg").write_bytes(b"\xff\xd8 no jpeg")
+    with pytest.raises(ImageDecodeError, match="2 file") as info:
+        _loaders(train_dir, test_dir)
+    assert "shoe/broken.png" in str(info.value) and "shirt/broken.jpg" in str(
+        info.value
+    )
+    train_dl, _, _ = _loaders(train_dir, test_dir, check_images=False)  # found later
+    with pytest.raises(ImageDecodeError, match="broken.jpg"):
+        list(train_dl)
+
+
+def test_checking_the_texture_photos_is_cheap(texture_photos):
+    start = time.perf_counter()
+    train, test = data_setup.image_splits(
+        texture_photos / "train", texture_photos / "test"
+    )
+    assert len(train) + len(test) == 300 and train.classes == test.classes
+    assert time.perf_counter() - start < 5  # measured: ~0.1 s for 300 JPEGs
+
+
+# Folders a classifier cannot learn from ----------------------------------------------------
+
+
+def test_a_one_class_dataset_is_refused(tmp_path):
+    _images(tmp_path / "train" / "shirt", 3)
+    _images(tmp_path / "test" / "shirt", 1)
+    with pytest.raises(ValueError, match=r"single class, 'shirt'.*at least two"):
+        _loaders(tmp_path / "train", tmp_path / "test")
+
+
+@pytest.mark.parametrize("split", ["train", "test"])
+def test_an_empty_class_folder_names_its_split_and_path(tmp_path, split):
+    train_dir, test_dir = _two_splits(tmp_path)
+    empty = tmp_path / split / "shoe"
+    for image in empty.iterdir():
+        image.unlink()
+    (empty / "notes.txt").write_text("no images here")
+    with pytest.raises(
+        FileNotFoundError,
+        match=rf"Class folder {empty} \({split} split\) holds no images",
+    ):
+        _loaders(train_dir, test_dir)
