@@ -3,6 +3,9 @@
 #   make test   gets Fashion-MNIST (no root needed), builds the book, then runs every test
 #               (lint, unit tests, every notebook through nbval, the rendered book in
 #               headless Chromium)
+# And two checks of how readers run the chapters:
+#   make colab-check   runs each chapter alone in a Colab-like virtual environment
+#   make dry-run       runs each chapter's gpu setting on the CPU, capped, on local fixtures
 # Each creates .venv (or reuses it) and installs requirements.txt into it first.
 
 VENV ?= .venv
@@ -13,7 +16,7 @@ TEST_ENV := BOOK_OFFLINE=1 BOOK_SETTING=quick PYTHONHASHSEED=0
 # pytest runs two notebooks at a time (-n 2); one thread each keeps them from fighting over 2 cores.
 TEST_THREADS := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 
-.PHONY: install data book test notebooks clean
+.PHONY: install data book test dry-run notebooks colab-check clean
 
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -36,13 +39,24 @@ test: $(STAMP) data book
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(TEST_ENV) $(TEST_THREADS) $(PY) -m pytest tests book -n 2 --dist loadscope \
+		--ignore=tests/test_dry_run.py \
 		--nbval-lax --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg
+
+# Every chapter in the gpu setting on the CPU, every loop capped at a few steps, the network
+# blocked and the online datasets and weights served from local fixtures (tests/test_dry_run.py).
+dry-run: $(STAMP) data
+	$(TEST_THREADS) $(PY) -m pytest tests/test_dry_run.py -n 2 --dist loadscope
 
 # Re-execute chapters in place in the cpu setting (the committed outputs) and clean their outputs:
 #   make notebooks NB=book/06*.ipynb
 NB ?= book/*.ipynb
 notebooks: $(STAMP)
 	BOOK_OFFLINE=1 BOOK_SETTING=cpu PYTHONHASHSEED=0 $(PY) scripts/run_notebooks.py $(NB)
+
+# Each chapter copied alone into an empty folder and run in .venv-colab: Colab's preinstalled
+# packages (colab/preinstalled.txt) plus what the chapter's setup cell installs.
+colab-check: $(STAMP) data
+	$(PY) scripts/colab_check.py
 
 clean:
 	rm -rf _build

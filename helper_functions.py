@@ -11,12 +11,14 @@ from going_modular.plots import compare_runs, plot_loss_curves
 from going_modular.predictions import pred_and_plot_image
 from going_modular.settings import describe as describe_setting
 from going_modular.settings import is_offline, is_quick, pick
+from going_modular.style import figsize, show_images, table, use_book_style
 from going_modular.utils import get_device, set_seeds
 
 __all__ = [
     "compare_runs",
     "describe_setting",
     "download_data",
+    "figsize",
     "get_device",
     "glue",
     "is_offline",
@@ -25,5 +27,8 @@ __all__ = [
     "plot_loss_curves",
     "pred_and_plot_image",
     "set_seeds",
+    "show_images",
+    "table",
+    "use_book_style",
     "walk_through_dir",
 ]

@@ -14,6 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "book").glob("*.ipynb"))
 CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
 TOC = yaml.safe_load((ROOT / "_toc.yml").read_text())
+CODE_COLUMNS = 88  # ruff's line length; the rendered book shows 88 columns unscrolled
 
 
 def _cells(path: Path) -> list[dict]:
@@ -84,8 +85,12 @@ def test_outputs_are_clean(path):
 def test_requirements_do_not_pin_torch():
     """Ranges that Colab's own torch and torchvision satisfy, so nothing is reinstalled."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    deps = [d for d in project["dependencies"] if re.match(r"torch(vision)?\b", d)]
-    assert len(deps) == 2 and all(">=" in d and "==" not in d for d in deps)
+    torch_deps = [
+        d for d in project["dependencies"] if re.match(r"torch(vision)?\b", d)
+    ]
+    assert len(torch_deps) == 2 and all(
+        ">=" in dep and "==" not in dep for dep in torch_deps
+    )
     lines = (ROOT / "requirements.txt").read_text().splitlines()
     assert not any(re.match(r"torch(vision)?\b", line) for line in lines)
     assert any(re.match(r"jupyter-book>=1\.0\.4.*,<2", line) for line in lines)
@@ -153,4 +158,48 @@ def test_no_test_markers_in_code(path):
         if cell["cell_type"] == "code":
             assert not re.search(r"#\s*NBVAL", _source(cell), re.I), (
                 f"{path.name}: nbval markers are cell tags, not comments"
+            )
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_code_lines_fit_the_page(path):
+    # ruff ignores E501 (long strings it cannot wrap), so this is the check: a longer
+    # line is cut at the right edge of the rendered code box.
+    long = [
+        f"cell {i}: {len(line)} columns: {line.strip()[:60]}"
+        for i, cell in enumerate(_cells(path))
+        if cell["cell_type"] == "code"
+        for line in _source(cell).splitlines()
+        if len(line) > CODE_COLUMNS
+    ]
+    assert not long, f"{path.name}: split these lines\n" + "\n".join(long)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_figures_use_the_book_style_and_have_alt_text(path):
+    cells = [c for c in _cells(path) if c["cell_type"] == "code"]
+    imports = next(c for c in cells if "from helper_functions import" in _source(c))
+    calls = sum(_source(c).count("use_book_style()") for c in cells)
+    assert "use_book_style()" in _source(imports) and calls == 1, (
+        f"{path.name}: call use_book_style() once, in the import cell"
+    )
+    for i, cell in enumerate(_cells(path)):
+        pictures = [
+            o for o in cell.get("outputs", []) if "image/png" in o.get("data", {})
+        ]
+        alt = cell["metadata"].get("mystnb", {}).get("image", {}).get("alt", "")
+        assert not pictures or len(alt) > 20, (
+            f"{path.name} cell {i}: say what the figure shows in its cell metadata, "
+            '{"mystnb": {"image": {"alt": "..."}}}'
+        )
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_tables_use_the_book_style(path):
+    for i, cell in enumerate(_cells(path)):
+        for out in cell.get("outputs", []):
+            html = "".join(out.get("data", {}).get("text/html", ""))
+            assert "<table" not in html or 'class="book-table"' in html, (
+                f"{path.name} cell {i}: show data frames with table(frame) "
+                "(going_modular.style): padded, no index column"
             )
