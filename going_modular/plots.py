@@ -6,13 +6,15 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
+from .style import figsize
+
 
 def plot_loss_curves(
     results: dict[str, list[float]], title: str | None = None
 ) -> plt.Figure:
     """Plot training and test loss and accuracy per epoch from an engine ``results`` dict."""
     epochs = range(1, len(results["train_loss"]) + 1)
-    fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(11, 4))
+    fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=figsize(2, panel_height=3.6))
     for ax, metric, label in ((ax_loss, "loss", "Loss"), (ax_acc, "acc", "Accuracy")):
         ax.plot(epochs, results[f"train_{metric}"], marker="o", label=f"train {metric}")
         ax.plot(epochs, results[f"test_{metric}"], marker="o", label=f"test {metric}")
@@ -29,7 +31,7 @@ def compare_runs(
     runs: dict[str, dict[str, list[float]]], title: str | None = None
 ) -> plt.Figure:
     """Plot the test loss and accuracy of several named runs on shared axes."""
-    fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(11, 4))
+    fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=figsize(2, panel_height=3.6))
     for name, results in runs.items():
         epochs = range(1, len(results["test_loss"]) + 1)
         ax_loss.plot(epochs, results["test_loss"], marker="o", label=name)

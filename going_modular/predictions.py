@@ -14,6 +14,7 @@ from torchvision import transforms
 
 from .data_setup import load_rgb
 from .plots import tensor_to_image
+from .style import COLUMN_INCHES
 
 
 def predict_image(
@@ -87,8 +88,9 @@ def plot_prediction_grid(
         preds = model(torch.stack(images).to(device)).argmax(dim=1).cpu()
     cols = int(len(indices) ** 0.5 + 0.999)
     rows = (len(indices) + cols - 1) // cols
+    panel = min(2.6, COLUMN_INCHES / cols)  # the grid fits the book's column
     fig, axes = plt.subplots(
-        rows, cols, figsize=(2.6 * cols, 2.8 * rows), squeeze=False
+        rows, cols, figsize=(panel * cols, (panel + 0.2) * rows), squeeze=False
     )
     for ax in axes.flat:
         ax.axis("off")

@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 import os
 import platform
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -51,6 +52,7 @@ __all__ = [
     "is_quick",
     "pick",
     "run_dir",
+    "run_report",
     "setting",
     "uses_fixtures",
 ]
@@ -200,8 +202,17 @@ def _fit(line: str) -> str:
     return line if len(line) <= _WIDTH else line[: _WIDTH - 3] + "..."
 
 
+# When the chapter started (its first describe()) and the machine's load then.
+_START: dict[str, float] = {}
+
+
 def describe() -> str:
-    """The setting, network, hardware (and dry run), in at most 3 lines of <= 80 characters."""
+    """The setting, network, hardware (and dry run), in at most 3 lines of <= 80 characters.
+
+    The first call also starts the chapter's clock that :func:`run_report` reads.
+    """
+    if not _START:
+        _START.update(time=time.monotonic(), load=_load()[0])
     network = "offline (local data only)" if is_offline() else "online"
     lines = [
         f"Setting: {_DESCRIPTIONS[setting()]}",
@@ -280,3 +291,25 @@ def gpu_plan(*work: Work, amp: bool = True, note: str = "") -> str:
     if note:
         lines.append(f"  {note}")
     return "\n".join(lines)
+
+
+def _load() -> tuple[float, float, float]:
+    return os.getloadavg() if hasattr(os, "getloadavg") else (math.nan,) * 3
+
+
+def run_report() -> str:
+    """The chapter's wall time since its first :func:`describe` and the load around it.
+
+    The stored chapters end with this line, so a reader sees how long the setting took on
+    what machine and whether anything else was running (load average above the core count).
+    """
+    if not _START:
+        raise RuntimeError("run_report() needs describe() to have started the clock")
+    minutes = (time.monotonic() - _START["time"]) / 60
+    one, five, fifteen = _load()
+    return (
+        f"This chapter ran in {minutes:.1f} min ({setting()} setting, "
+        f"{torch.get_num_threads()} threads on {os.cpu_count()} cores).\n"
+        f"Load average: {_START['load']:.2f} at the start; {one:.2f}, {five:.2f}, "
+        f"{fifteen:.2f} over the last 1, 5, 15 min at the end."
+    )

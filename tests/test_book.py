@@ -82,6 +82,34 @@ def test_outputs_are_clean(path):
             )
 
 
+# The stored outputs come from the cpu setting on an idle 2-core machine: each chapter's last
+# output (settings.run_report) gives its wall time and the load average at its end.
+MAX_STORED_MINUTES = 12
+MAX_STORED_LOAD = (
+    2.5  # the chapter's own 2 threads give about 2; more means other work ran
+)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_stored_run_was_timed_on_an_idle_machine(path):
+    text = "".join(
+        "".join(out.get("text", ""))
+        for cell in _cells(path)[-1:]
+        for out in cell.get("outputs", [])
+    )
+    report = re.search(
+        r"ran in ([\d.]+) min \((\w+) setting.*\n"
+        r"Load average: ([\d.]+) at the start; ([\d.]+), ([\d.]+), ([\d.]+)",
+        text,
+    )
+    assert report, f"{path.name}: the last output is not settings.run_report()'s"
+    minutes, setting = float(report.group(1)), report.group(2)
+    start, one, five = (float(report.group(i)) for i in (3, 4, 5))
+    assert setting == "cpu", f"{path.name} was stored in the {setting} setting"
+    assert minutes <= MAX_STORED_MINUTES, f"{path.name} took {minutes} min"
+    assert max(start, one, five) <= MAX_STORED_LOAD, f"{path.name}: load {text!r}"
+
+
 def test_requirements_do_not_pin_torch():
     """Ranges that Colab's own torch and torchvision satisfy, so nothing is reinstalled."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]

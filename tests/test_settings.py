@@ -151,3 +151,22 @@ def test_fixtures_are_announced_loudly(monkeypatch, capsys):
     assert settings.uses_fixtures()
     settings.announce_fixture("CIFAR-10", "random images")
     assert capsys.readouterr().out.startswith("[FIXTURE] CIFAR-10: random images")
+
+
+def test_run_report_times_the_chapter_from_its_first_describe(monkeypatch):
+    monkeypatch.setenv("BOOK_SETTING", "cpu")
+    monkeypatch.setattr(settings, "_START", {})
+    with pytest.raises(RuntimeError, match="describe"):
+        settings.run_report()
+    clock = iter([100.0, 400.0])
+    monkeypatch.setattr(settings.time, "monotonic", lambda: next(clock))
+    monkeypatch.setattr(settings, "_load", lambda: (0.25, 1.5, 1.75))
+    settings.describe()
+    settings.describe()  # a second call does not restart the clock
+    first, second = settings.run_report().splitlines()
+    assert first.startswith("This chapter ran in 5.0 min (cpu setting, ")
+    assert second == (
+        "Load average: 0.25 at the start; 0.25, 1.50, 1.75 over the last 1, 5, 15 min "
+        "at the end."
+    )
+    assert all(len(line) <= 88 for line in (first, second))
