@@ -98,8 +98,15 @@ def run(path: Path) -> float:
     return seconds
 
 
-def check_idle(max_load: float = MAX_LOAD) -> None:
-    """Refuse to store outputs from a busy machine: its timings would mislead readers."""
+def check_idle(max_load: float = MAX_LOAD, wait_s: float = 180) -> None:
+    """Refuse to store outputs from a busy machine: its timings would mislead readers.
+
+    After a chapter the load average still counts that chapter's own threads, so this
+    waits up to ``wait_s`` seconds for the 1-minute average to settle below 1.
+    """
+    deadline = time.monotonic() + wait_s
+    while os.getloadavg()[0] > 1.0 and time.monotonic() < deadline:
+        time.sleep(10)
     load = os.getloadavg()[0]
     if load > max_load:
         sys.exit(
