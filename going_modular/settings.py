@@ -41,8 +41,10 @@ __all__ = [
     "STEP_OVERHEAD_S",
     "Work",
     "announce_fixture",
+    "ClaimError",
     "cap",
     "checkpoint_root",
+    "claim",
     "describe",
     "dry_run_steps",
     "gpu_plan",
@@ -313,3 +315,25 @@ def run_report() -> str:
         f"Load average: {_START['load']:.2f} at the start; {one:.2f}, {five:.2f}, "
         f"{fifteen:.2f} over the last 1, 5, 15 min at the end."
     )
+
+
+class ClaimError(AssertionError):
+    """A sentence of a chapter's prose that its own run contradicts."""
+
+
+def claim(sentence: str, holds: bool) -> None:
+    """Check a sentence of the prose that states an experiment's outcome.
+
+    The chapters' stored outputs come from the cpu setting, where a false claim stops the
+    chapter with the sentence (as in the gpu and full settings). The quick setting's runs
+    are too short to show most lessons, so there it only reports the claim as not shown.
+    """
+    if holds:
+        print(f"Checked: {sentence}")
+    elif is_quick():
+        print(f"Not shown in the quick setting: {sentence}")
+    else:
+        raise ClaimError(
+            f"This run contradicts the chapter's prose: {sentence!r}. Re-run the "
+            "chapter in its cpu setting on an idle machine, or correct the prose."
+        )

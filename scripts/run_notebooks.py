@@ -15,11 +15,13 @@ import argparse
 import os
 import re
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import nbformat
 from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError
 
 ROOT = Path(__file__).resolve().parents[1]
 ADDRESS = re.compile(r" at 0x[0-9a-fA-F]{6,}")
@@ -83,15 +85,26 @@ def clean(nb: nbformat.NotebookNode) -> None:
 
 
 def run(path: Path) -> float:
-    """Execute ``path`` with its folder as the working directory; return seconds taken."""
+    """Execute ``path`` with its folder as the working directory; return seconds taken.
+
+    A chapter that raises is not written back; its outputs up to the error are kept in
+    the temporary folder, for a look at what the run printed before it stopped.
+    """
     nb = nbformat.read(path, as_version=4)
     start = time.perf_counter()
-    NotebookClient(
-        nb,
-        timeout=1800,
-        kernel_name="python3",
-        resources={"metadata": {"path": str(path.parent)}},
-    ).execute()
+    try:
+        NotebookClient(
+            nb,
+            timeout=1800,
+            kernel_name="python3",
+            resources={"metadata": {"path": str(path.parent)}},
+        ).execute()
+    except CellExecutionError:
+        failed = Path(tempfile.gettempdir()) / f"{path.stem}.failed.ipynb"
+        clean(nb)
+        nbformat.write(nb, failed)
+        print(f"{path}: failed; its outputs so far are in {failed}", file=sys.stderr)
+        raise
     seconds = time.perf_counter() - start
     clean(nb)
     nbformat.write(nb, path)

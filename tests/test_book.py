@@ -110,6 +110,18 @@ def test_stored_run_was_timed_on_an_idle_machine(path):
     assert max(start, one, five) <= MAX_STORED_LOAD, f"{path.name}: load {text!r}"
 
 
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_stored_claims_all_held(path):
+    """settings.claim's checks in the stored run: none failed, none skipped as quick."""
+    text = "".join(
+        "".join(out.get("text", "")) + "".join(out.get("evalue", ""))
+        for cell in _cells(path)
+        for out in cell.get("outputs", [])
+    )
+    assert "Not shown in the quick setting" not in text
+    assert "contradicts the chapter's prose" not in text
+
+
 def test_requirements_do_not_pin_torch():
     """Ranges that Colab's own torch and torchvision satisfy, so nothing is reinstalled."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]

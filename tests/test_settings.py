@@ -170,3 +170,19 @@ def test_run_report_times_the_chapter_from_its_first_describe(monkeypatch):
         "at the end."
     )
     assert all(len(line) <= 88 for line in (first, second))
+
+
+def test_a_false_claim_stops_every_setting_but_quick(monkeypatch, capsys):
+    monkeypatch.setenv("BOOK_SETTING", "cpu")
+    settings.claim("two is more than one", 2 > 1)
+    assert capsys.readouterr().out == "Checked: two is more than one\n"
+    for name in ("cpu", "gpu", "full"):
+        monkeypatch.setenv("BOOK_SETTING", name)
+        with pytest.raises(settings.ClaimError, match="'one is more than two'"):
+            settings.claim("one is more than two", 1 > 2)
+    monkeypatch.setenv("BOOK_SETTING", "quick")
+    settings.claim("one is more than two", 1 > 2)
+    assert (
+        "Not shown in the quick setting: one is more than two"
+        in capsys.readouterr().out
+    )
