@@ -118,7 +118,7 @@ def test_stored_claims_all_held(path):
         for cell in _cells(path)
         for out in cell.get("outputs", [])
     )
-    assert "Not shown in the quick setting" not in text
+    assert "Not shown in this short run" not in text
     assert "contradicts the chapter's prose" not in text
 
 
