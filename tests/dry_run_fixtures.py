@@ -224,7 +224,7 @@ def dry_run_environment(root: Path) -> Iterator[dict[str, str]]:
     make_cifar10(data)
     make_mnist(data)
     make_vit_b_16_weights(root / "torch_home")
-    make_food_zip(root / "mirror" / "pizza_steak_sushi.zip")
+    make_food_zip(root / "mirror" / "pizza_steak_sushi.zip", 1, 1)
     make_food_zip(root / "mirror" / "pizza_steak_sushi_20_percent.zip", 4, 2, seed=1)
     guard = write_network_guard(root / "network_guard")
     python_path = os.pathsep.join(

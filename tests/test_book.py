@@ -181,6 +181,23 @@ def test_every_exercise_has_a_gated_solution_that_asserts(path):
         )
 
 
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_exercises_share_one_layout(path):
+    """A titled box, then its solution: the same layout in every chapter."""
+    cells = _cells(path)
+    for i, cell in enumerate(cells):
+        text = _source(cell)
+        if cell["cell_type"] != "markdown" or not (found := EXERCISE.search(text)):
+            continue
+        assert re.search(r"^```\{exercise\} \S", text, re.M), (
+            f"{found.group(1)}: the exercise box has a title"
+        )
+        follows = SOLUTION_START.search(_source(cells[i + 1]))
+        assert follows and follows.group(1) == found.group(1), (
+            f"{found.group(1)}: its solution comes right after the exercise"
+        )
+
+
 def test_exercise_labels_are_unique_across_the_book():
     labels = [
         label
