@@ -1,11 +1,12 @@
 # Two commands do all set-up on a fresh machine:
 #   make book   builds the book into _build/html
 #   make test   gets Fashion-MNIST (no root needed), builds the book, then runs every test
-#               (lint, unit tests, every notebook through nbval, the rendered book in
-#               headless Chromium)
-# And two checks of how readers run the chapters:
+#               (lint, unit tests, every notebook through nbval, the dry run of every
+#               chapter's gpu setting, the rendered book in headless Chromium)
+# And two narrower checks:
 #   make colab-check   runs each chapter alone in a Colab-like virtual environment
-#   make dry-run       runs each chapter's gpu setting on the CPU, capped, on local fixtures
+#   make dry-run       only the dry run: each chapter's gpu setting on the CPU, capped, on
+#                      local fixtures (also part of make test)
 # Each creates .venv (or reuses it) and installs requirements.txt into it first.
 
 VENV ?= .venv
@@ -34,12 +35,12 @@ data: $(STAMP)
 book: $(STAMP)
 	$(VENV)/bin/jupyter-book build . --warningiserror --keep-going
 
-# The browser test (tests/test_browser.py) reads the book that `book` has just built.
+# The browser test (tests/test_browser.py) reads the book that `book` has just built. The dry
+# run (tests/test_dry_run.py) sets its own environment for each chapter it executes.
 test: $(STAMP) data book
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(TEST_ENV) $(TEST_THREADS) $(PY) -m pytest tests book -n 2 --dist loadscope \
-		--ignore=tests/test_dry_run.py \
 		--nbval-lax --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg
 
 # Every chapter in the gpu setting on the CPU, every loop capped at a few steps, the network

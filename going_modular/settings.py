@@ -309,9 +309,10 @@ def run_report() -> str:
         raise RuntimeError("run_report() needs describe() to have started the clock")
     minutes = (time.monotonic() - _START["time"]) / 60
     one, five, fifteen = _load()
+    threads = torch.get_num_threads()
     return (
         f"This chapter ran in {minutes:.1f} min ({setting()} setting, "
-        f"{torch.get_num_threads()} threads on {os.cpu_count()} cores).\n"
+        f"{threads} thread{'s' * (threads != 1)} on {os.cpu_count()} cores).\n"
         f"Load average: {_START['load']:.2f} at the start; {one:.2f}, {five:.2f}, "
         f"{fifteen:.2f} over the last 1, 5, 15 min at the end."
     )
