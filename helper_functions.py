@@ -9,8 +9,14 @@ from going_modular.download import download_data
 from going_modular.glue import glue
 from going_modular.plots import compare_runs, plot_loss_curves
 from going_modular.predictions import pred_and_plot_image
-from going_modular.settings import claim, is_offline, is_quick, pick, run_report
-from going_modular.settings import describe as describe_setting
+from going_modular.settings import (
+    claim,
+    describe_setting,
+    is_offline,
+    is_quick,
+    pick,
+    run_report,
+)
 from going_modular.style import figsize, show_images, table, use_book_style
 from going_modular.utils import get_device, set_seeds
 

@@ -1,6 +1,6 @@
 """Training throughput of this project's compact transformers against timm's transformer blocks.
 
-For each model the timm twin is a copy of ours whose encoder layers are replaced by
+For each model the timm twin is a copy of ours whose blocks are replaced by
 ``timm.models.vision_transformer.Block`` (same width, heads, MLP ratio, qkv without bias,
 dropout and stochastic-depth rates); tokenizer, position embedding, pooling and head are shared,
 so only the transformer layers' implementation differs. (timm's block is a standard pre-norm
@@ -20,35 +20,38 @@ from __future__ import annotations
 import argparse
 import copy
 from functools import partial
+from statistics import median
 
 import torch
-from timing import interleave, median, train_steps
+from timing import interleave
 from timm.models.vision_transformer import Block
 from torch import nn
 
 from going_modular.models import build_model
 from going_modular.models.cct import CompactTransformer
+from going_modular.models.complexity import count_params
+from going_modular.timing import images_per_second
 
 
 def timm_twin(model: CompactTransformer) -> CompactTransformer:
-    """A copy of ``model`` whose encoder layers are timm ``Block``s of the same configuration."""
+    """A copy of ``model`` whose blocks are timm ``Block``s of the same configuration."""
     twin = copy.deepcopy(model)
     blocks = []
-    for layer in model.classifier.blocks:
-        dim = layer.linear1.in_features
+    for block in model.blocks:
+        dim = block.mlp.fc1.in_features
         blocks.append(
             Block(
                 dim,
-                layer.self_attn.num_heads,
-                mlp_ratio=layer.linear1.out_features / dim,
+                block.attn.heads,
+                mlp_ratio=block.mlp.fc1.out_features / dim,
                 qkv_bias=False,
-                proj_drop=layer.dropout1.p,
-                attn_drop=layer.self_attn.attention_dropout,
-                drop_path=layer.drop_path.p,
+                proj_drop=block.mlp.drop1.p,
+                attn_drop=block.attn.attn_drop_rate,
+                drop_path=block.drop_path.p,
                 norm_layer=nn.LayerNorm,
             )
         )
-    twin.classifier.blocks = nn.ModuleList(blocks)
+    twin.blocks = nn.ModuleList(blocks)
     return twin
 
 
@@ -56,8 +59,7 @@ def benchmark(name: str, args: argparse.Namespace) -> tuple[float, float]:
     torch.manual_seed(0)
     ours = build_model(name, num_classes=10, img_size=32).train()
     theirs = timm_twin(ours).train()
-    n_ours = sum(p.numel() for p in ours.parameters())
-    n_theirs = sum(p.numel() for p in theirs.parameters())
+    n_ours, n_theirs = count_params(ours), count_params(theirs)
     if n_ours != n_theirs:
         raise RuntimeError(
             f"{name}: {n_ours:,} parameters but timm twin has {n_theirs:,}"
@@ -68,21 +70,23 @@ def benchmark(name: str, args: argparse.Namespace) -> tuple[float, float]:
     optimizers = {
         key: torch.optim.AdamW(m.parameters(), lr=1e-4) for key, m in models.items()
     }
-    for key, model in models.items():
-        train_steps(model, optimizers[key], images, labels, args.warmup, args.bf16)
+    steps = {
+        key: partial(
+            images_per_second,
+            model,
+            images,
+            labels,
+            warmup=0,
+            amp=args.bf16,
+            optimizer=optimizers[key],
+        )
+        for key, model in models.items()
+    }
+    for key in models:
+        if args.warmup:
+            steps[key](steps=args.warmup)
     runs = interleave(
-        {
-            key: partial(
-                train_steps,
-                model,
-                optimizers[key],
-                images,
-                labels,
-                args.steps,
-                args.bf16,
-            )
-            for key, model in models.items()
-        },
+        {key: partial(steps[key], steps=args.steps) for key in models},
         args.repeats,
         verbose=False,
     )
@@ -116,7 +120,9 @@ def main() -> None:
         "--threads", type=int, default=None, help="torch.set_num_threads"
     )
     parser.add_argument(
-        "--bf16", action="store_true", help='torch.autocast("cpu", bfloat16)'
+        "--bf16",
+        action="store_true",
+        help="the engine's autocast (bfloat16 on a CPU, float16 on CUDA)",
     )
     args = parser.parse_args()
     if args.threads is not None:

@@ -9,7 +9,8 @@ Sections (all by default, or pick with ``--sections``):
 * ``batched``: one core each, the per-image PIL pipeline against the batched path of
   :mod:`going_modular.gpu_augment` (uint8 tensors, augmented a chunk at a time) on the same
   images; prints batched / per-image.
-* ``engine``: ``engine.train_step`` against a bare training loop on the same batches.
+* ``engine``: ``engine.train_one_epoch`` (the loop ``engine.fit`` runs each epoch) against a
+  bare training loop on the same batches.
 * ``options``: the training-step options of a GPU run, on this CPU: fused AdamW,
   channels_last weights, and ``torch.compile`` (with ``--compile``; it takes minutes).
 * ``cuda``: the pipeline and models on a GPU, when there is one (skipped otherwise).
@@ -30,18 +31,20 @@ import os
 import platform
 import time
 from functools import partial
+from statistics import median
 
 import numpy as np
 import torch
 from PIL import Image
-from timing import interleave, median, train_steps
+from timing import interleave
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 from torchvision import transforms
 
-from going_modular import augment, engine, gpu_augment
+from going_modular import augment, cct_recipes, engine, gpu_augment
 from going_modular.datasets import get_fashion_mnist
 from going_modular.models import build_model
+from going_modular.timing import images_per_second
 
 RECIPES = ("none", "cct", "cct200")
 MODELS = ("cct_2_3x2", "cct_7_3x1")
@@ -72,7 +75,7 @@ def train_transform(recipe: str):
     """The per-image training transform of ``recipe`` (as ``going_modular.train`` uses)."""
     if recipe == "none":
         return transforms.Compose([transforms.Resize((32, 32)), transforms.ToTensor()])
-    return augment.RECIPES[recipe].train_transform(32)
+    return cct_recipes.RECIPES[recipe].train_transform(32)
 
 
 def batched_transform(recipe: str) -> gpu_augment.BatchAugment:
@@ -80,7 +83,7 @@ def batched_transform(recipe: str) -> gpu_augment.BatchAugment:
     if recipe == "none":
         return gpu_augment.BatchAugment([], (0.0,), (1.0,))
     mean, std = augment.CIFAR10_MEAN, augment.CIFAR10_STD
-    return gpu_augment.recipe_augment(augment.RECIPES[recipe], mean, std)
+    return gpu_augment.recipe_augment(cct_recipes.RECIPES[recipe], mean, std)
 
 
 def loader_rate(loader_iter, batches: int, queued: int = 0) -> float:
@@ -107,8 +110,17 @@ def model_rate_fn(name: str, batch: int, device: str, bf16: bool, steps: int):
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     images = torch.randn(batch, 3, 32, 32, device=device)
     labels = torch.randint(0, 10, (batch,), device=device)
-    train_steps(model, opt, images, labels, 1, bf16)  # warm-up
-    return partial(train_steps, model, opt, images, labels, steps, bf16)
+    images_per_second(model, images, labels, steps=1, warmup=0, amp=bf16, optimizer=opt)
+    return partial(
+        images_per_second,
+        model,
+        images,
+        labels,
+        steps=steps,
+        warmup=0,
+        amp=bf16,
+        optimizer=opt,
+    )
 
 
 def section_pipeline(args, arrays, device: str = "cpu") -> None:
@@ -213,13 +225,13 @@ def bare_loop(model, optimizer, loss_fn, batches) -> float:
 
 def engine_loop(model, optimizer, loss_fn, batches) -> float:
     start = time.perf_counter()
-    engine.train_step(model, batches, loss_fn, optimizer, "cpu", progress=False)
+    engine.train_one_epoch(model, batches, loss_fn, optimizer, "cpu", progress=False)
     return sum(len(X) for X, _ in batches) / (time.perf_counter() - start)
 
 
 def section_engine(args) -> None:
     print(
-        "\n== engine.train_step vs a bare loop (same model, batches, optimizer), "
+        "\n== engine.train_one_epoch vs a bare loop (same model, batches, optimizer), "
         f"batch {args.batch_size} =="
     )
     for name in args.models:
@@ -269,12 +281,11 @@ def section_options(args) -> None:
             if opt.get("compile"):
                 model = torch.compile(model)
                 start = time.perf_counter()
-            train_steps(model, optimizer, x, labels, 2, args.bf16)
+            step = partial(images_per_second, model, x, labels, warmup=0, amp=args.bf16)
+            step(steps=2, optimizer=optimizer)
             if opt.get("compile"):
                 print(f"  {name}: compiling took {time.perf_counter() - start:.0f} s")
-            runs[label] = partial(
-                train_steps, model, optimizer, x, labels, args.model_steps, args.bf16
-            )
+            runs[label] = partial(step, steps=args.model_steps, optimizer=optimizer)
         rates = {k: median(v) for k, v in interleave(runs, args.repeats).items()}
         base = rates["baseline"]
         print(

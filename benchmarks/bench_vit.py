@@ -13,12 +13,15 @@ from __future__ import annotations
 
 import argparse
 from functools import partial
+from statistics import median
 
 import torch
-from timing import interleave, median, train_steps
+from timing import interleave
 from torchvision.models import VisionTransformer
 
+from going_modular.models.complexity import count_params
 from going_modular.models.vit import ViT, load_torchvision_weights
+from going_modular.timing import images_per_second
 
 
 def parse_args() -> argparse.Namespace:
@@ -78,13 +81,13 @@ def main() -> None:
     ours = ViT(
         img_size=args.img_size,
         patch_size=args.patch_size,
-        num_transformer_layers=args.layers,
-        embedding_dim=args.dim,
-        mlp_size=args.mlp,
-        num_heads=args.heads,
-        attn_dropout=0.0,
-        mlp_dropout=args.dropout,
-        embedding_dropout=args.dropout,
+        depth=args.layers,
+        dim=args.dim,
+        mlp_ratio=args.mlp / args.dim,
+        heads=args.heads,
+        attn_drop_rate=0.0,
+        drop_rate=args.dropout,
+        pos_drop_rate=args.dropout,
         num_classes=args.num_classes,
     )
     load_torchvision_weights(ours, tv)
@@ -98,23 +101,30 @@ def main() -> None:
         else torch.optim.AdamW(m.parameters(), lr=1e-4)
         for name, m in models.items()
     }
-    n_params = sum(p.numel() for p in ours.parameters())
+    n_params = count_params(ours)
     print(
         f"config: layers={args.layers} dim={args.dim} heads={args.heads} mlp={args.mlp} "
         f"img={args.img_size} patch={args.patch_size} batch={args.batch_size} "
         f"params={n_params:,} optimizer={args.optimizer} threads={torch.get_num_threads()} "
         f"torch={torch.__version__}"
     )
-    for name, model in models.items():
-        train_steps(model, optimizers[name], images, labels, args.warmup)
+    steps = {
+        name: partial(
+            images_per_second,
+            model,
+            images,
+            labels,
+            warmup=0,
+            optimizer=optimizers[name],
+        )
+        for name, model in models.items()
+    }
+    for name in models:
+        if args.warmup:
+            steps[name](steps=args.warmup)
 
     results = interleave(
-        {
-            name: partial(
-                train_steps, models[name], optimizers[name], images, labels, args.steps
-            )
-            for name in models
-        },
+        {name: partial(steps[name], steps=args.steps) for name in models},
         args.repeats,
     )
 

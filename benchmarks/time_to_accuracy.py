@@ -20,17 +20,16 @@ reaches 90%, or at the end of its schedule.
 from __future__ import annotations
 
 import argparse
-import time
 
 import torch
 from torch import nn
 
-from going_modular import engine
 from going_modular.augment import random_flip_batch
 from going_modular.datasets import fashion_mnist_tensors
+from going_modular.engine import evaluate, fit
 from going_modular.experiments import tensor_loaders
 from going_modular.models import build_model
-from going_modular.optim import param_groups_weight_decay, warmup_cosine_schedule
+from going_modular.recipe import Recipe
 from going_modular.utils import prefer_channels_last, set_seeds
 
 MODELS = {"cct_2_3x2": {}, "vit_lite_2_4": {}, "tinyvgg": {"hidden_units": 32}}
@@ -57,39 +56,45 @@ def time_to_accuracy(
     prefer_channels_last(model)
     train_loader, test_loader = tensor_loaders((x, y), test, batch_size, seed=seed)
     total = epochs * len(train_loader)
-    optimizer = torch.optim.AdamW(param_groups_weight_decay(model, 0.05), lr=lr)
-    scheduler = warmup_cosine_schedule(optimizer, total // 20, total)
-    loss_fn = nn.CrossEntropyLoss(label_smoothing=0.1)
-    chunk = -(-len(train_loader) // evals_per_epoch)
-    seconds, curve, steps = 0.0, [], 0
-    while steps < total:
-        start = time.perf_counter()
-        engine.train_step(
-            model,
-            train_loader,
-            loss_fn,
-            optimizer,
-            "cpu",
-            scheduler=scheduler,
-            amp=amp,
-            batch_transform=random_flip_batch,
-            max_steps=min(chunk, total - steps),
-            progress=False,
-        )
-        seconds += time.perf_counter() - start
-        steps = scheduler.last_epoch
-        _, acc = engine.test_step(
+    recipe = Recipe(
+        lr=lr,
+        weight_decay=0.05,
+        schedule="warmup_cosine",
+        warmup_steps=total // 20,
+        label_smoothing=0.1,
+        batch_transform=random_flip_batch,
+        amp=amp,
+        steps=total,  # in "epochs" of a fraction of an epoch, each tested
+        max_steps_per_epoch=-(-len(train_loader) // evals_per_epoch),
+    )
+    curve = []
+
+    def test_in_float32(_, results: dict) -> bool:
+        """Test after each part (in float32, so both precisions are judged alike); stop
+        at the highest threshold."""
+        _, acc = evaluate(
             model, test_loader, nn.CrossEntropyLoss(), "cpu", progress=False
         )
+        seconds, steps = sum(results["train_seconds"]), sum(results["steps"])
         curve.append((seconds, steps / len(train_loader), acc))
         print(
             f"  {name:>12} {'bf16' if amp else 'fp32'}: epoch {curve[-1][1]:.2f}, "
             f"{seconds:6.1f} s, test accuracy {acc:.4f}",
             flush=True,
         )
-        if acc >= max(THRESHOLDS):
-            break
-    return {"curve": curve, "images_per_s": steps * batch_size / seconds}
+        return acc >= max(THRESHOLDS)
+
+    results = fit(
+        model,
+        train_loader,
+        None,
+        recipe,
+        device="cpu",
+        callbacks=[test_in_float32],
+        progress=False,
+    )
+    images = sum(results["steps"]) * batch_size
+    return {"curve": curve, "images_per_s": images / sum(results["train_seconds"])}
 
 
 def first_time(curve: list[tuple[float, float, float]], threshold: float) -> str:

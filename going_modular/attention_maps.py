@@ -1,9 +1,12 @@
 """What a trained ViT attends to: class-token maps, attention rollout, attention distance.
 
-All functions take the per-layer attention tensors of
-:meth:`going_modular.models.vit.ViT.get_attention_maps`: a list with one
-``(B, heads, N + 1, N + 1)`` tensor per encoder layer, token 0 being the class token and
-tokens ``1..N`` the patches in row-major order on a ``grid x grid`` lattice.
+All functions take a ViT's per-layer attention tensors: a list with one
+``(B, heads, N + 1, N + 1)`` tensor per block, token 0 being the class token and tokens
+``1..N`` the patches in row-major order on a ``grid x grid`` lattice. They come from
+``model.get_attention_maps(images)``, or from
+:func:`going_modular.models.layers.record_attention` around any forward pass of a model built
+from the package's layers (torchvision's weights load into its ViT with
+``load_torchvision_weights``).
 
 * :func:`class_token_attention`: row 0 of each map, how the class token attends to the
   patches (the paper's Figure 6 shows such maps, through rollout).
@@ -27,6 +30,19 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+__all__ = [
+    "attention_rollout",
+    "class_token_attention",
+    "mean_attention_distance",
+    "overlay",
+    "patch_distances",
+    "plot_attention_distance",
+    "plot_position_similarity",
+    "position_embedding_similarity",
+    "rollout_class_map",
+    "similarity_mosaic",
+]
+
 
 def _grid_size(num_patches: int) -> int:
     grid = math.isqrt(num_patches)
@@ -41,7 +57,8 @@ def _grid_size(num_patches: int) -> int:
 def _check_maps(maps: Sequence[torch.Tensor]) -> None:
     if len(maps) == 0:
         raise ValueError(
-            "Got no attention maps: pass model.get_attention_maps(images)."
+            "Got no attention maps: pass model.get_attention_maps(images) (or the list "
+            "that going_modular.models.layers.record_attention fills)."
         )
     for layer, weights in enumerate(maps):
         if weights.ndim != 4 or weights.shape[-1] != weights.shape[-2]:
@@ -114,19 +131,19 @@ def mean_attention_distance(
     return torch.stack(per_layer)
 
 
-def position_embedding_similarity(position_embedding: torch.Tensor) -> torch.Tensor:
+def position_embedding_similarity(pos_embed: torch.Tensor) -> torch.Tensor:
     """``(grid, grid, grid, grid)``: cosine similarity of patch (i, j)'s position embedding
     with patch (k, l)'s, at ``[i, j, k, l]``.
 
-    ``position_embedding`` is a ViT's ``(1, N + 1, D)`` parameter; row 0 (the class token's)
-    is left out.
+    ``pos_embed`` is a ViT's ``(1, N + 1, D)`` parameter ``model.pos_embed``; row 0 (the
+    class token's) is left out.
     """
-    if position_embedding.ndim != 3 or position_embedding.shape[0] != 1:
+    if pos_embed.ndim != 3 or pos_embed.shape[0] != 1:
         raise ValueError(
             "Expected the (1, N + 1, D) position embedding of a ViT, got shape "
-            f"{tuple(position_embedding.shape)}."
+            f"{tuple(pos_embed.shape)}."
         )
-    patches = F.normalize(position_embedding[0, 1:].detach().float(), dim=-1)
+    patches = F.normalize(pos_embed[0, 1:].detach().float(), dim=-1)
     grid = _grid_size(patches.shape[0])
     return (patches @ patches.T).reshape(grid, grid, grid, grid)
 

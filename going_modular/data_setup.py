@@ -1,4 +1,5 @@
-"""Turn an ImageFolder dataset on disk into PyTorch DataLoaders, with clear errors.
+"""Turn datasets into PyTorch DataLoaders: an ImageFolder on disk, with clear errors, and the
+one loader builder the package uses (:func:`train_test_loaders`).
 
 Images are read as they are: 16-bit and float images are scaled to 8 bits by the range of
 their format, class folders are walked without counting a folder twice (a symbolic link
@@ -16,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from PIL import Image
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, Dataset
 from torchvision import datasets, transforms
 
 __all__ = [
@@ -28,6 +29,7 @@ __all__ = [
     "image_splits",
     "is_hidden",
     "load_rgb",
+    "train_test_loaders",
     "verify_images",
     "walk_through_dir",
 ]
@@ -36,6 +38,42 @@ __all__ = [
 def default_num_workers() -> int:
     """Worker processes for loading: all cores with a GPU to feed, none on a CPU-only machine."""
     return (os.cpu_count() or 0) if torch.cuda.is_available() else 0
+
+
+def train_test_loaders(
+    train_data: Dataset,
+    test_data: Dataset,
+    batch_size: int,
+    *,
+    num_workers: int = 0,
+    seed: int | None = None,
+    collate_fn: Callable | None = None,
+    test_batch_size: int | None = None,
+) -> tuple[DataLoader, DataLoader]:
+    """A shuffled training DataLoader and an ordered test DataLoader over two datasets.
+
+    Both pin memory when there is a GPU to copy to and keep their worker processes alive
+    between epochs. The training order follows ``seed`` (torch's global generator when None).
+    ``collate_fn`` makes batches of unequal items (e.g. padded texts); ``test_batch_size``
+    defaults to ``batch_size``.
+    """
+    if batch_size <= 0:
+        raise ValueError(f"batch_size must be a positive integer, got {batch_size}.")
+    if num_workers < 0:
+        raise ValueError(f"num_workers must be 0 or more, got {num_workers}.")
+    options = {
+        "num_workers": num_workers,
+        "pin_memory": torch.cuda.is_available(),
+        "persistent_workers": num_workers > 0,
+        "collate_fn": collate_fn,
+    }
+    generator = None if seed is None else torch.Generator().manual_seed(seed)
+    return (
+        DataLoader(
+            train_data, batch_size, shuffle=True, generator=generator, **options
+        ),
+        DataLoader(test_data, test_batch_size or batch_size, shuffle=False, **options),
+    )
 
 
 class ImageDecodeError(ValueError):
@@ -298,28 +336,12 @@ def create_dataloaders(
     Returns:
         ``(train_dataloader, test_dataloader, class_names)``.
     """
-    if batch_size <= 0:
-        raise ValueError(f"batch_size must be a positive integer, got {batch_size}.")
-    if num_workers is not None and num_workers < 0:
-        raise ValueError(f"num_workers must be 0 or more, got {num_workers}.")
     train_data, test_data = image_splits(
         train_dir, test_dir, transform, test_transform, check_images=check_images
     )
     workers = default_num_workers() if num_workers is None else num_workers
-    pin = torch.cuda.is_available()
-    train_dataloader = DataLoader(
-        train_data,
-        batch_size=batch_size,
-        shuffle=True,
-        num_workers=workers,
-        pin_memory=pin,
-    )
-    test_dataloader = DataLoader(
-        test_data,
-        batch_size=batch_size,
-        shuffle=False,
-        num_workers=workers,
-        pin_memory=pin,
+    train_dataloader, test_dataloader = train_test_loaders(
+        train_data, test_data, batch_size, num_workers=workers
     )
     return train_dataloader, test_dataloader, train_data.classes
 

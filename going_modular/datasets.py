@@ -2,7 +2,8 @@
 
 Every getter tries the real dataset unless ``BOOK_OFFLINE=1``. If that fails it prints why
 and falls back to the stand-in (see :mod:`going_modular.standins`), saying so in one line,
-unless called with ``fallback=False``, in which case the error is raised. Fashion-MNIST,
+unless called with ``fallback=False``, in which case the error is raised; all of them through
+:func:`~going_modular.standins.real_or_stand_in`. Fashion-MNIST,
 the book's offline dataset, is the exception: :func:`prepare_fashion_mnist` gets it from
 local files, Debian's package or a download, and without it the getters raise (the
 stand-in only with ``fallback=True``); ``python -m going_modular.datasets --prepare
@@ -17,6 +18,8 @@ from __future__ import annotations
 
 import os
 import pickle
+import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,8 +29,33 @@ from torchvision.datasets import CIFAR10
 
 from . import standins
 from .download import DownloadError, download_data
+from .files import atomic_write, temporary_folder
 from .paths import data_dir
 from .settings import announce_fixture, is_offline, uses_fixtures
+
+__all__ = [
+    "DEBIAN_FASHION_MNIST",
+    "DEBIAN_PACKAGE",
+    "FASHION_MNIST_CLASSES",
+    "FASHION_MNIST_MEAN",
+    "FASHION_MNIST_SHA256",
+    "FASHION_MNIST_STD",
+    "FOOD_SOURCES",
+    "INSTALL_FASHION_MNIST",
+    "NETWORK_TIMEOUT_SECONDS",
+    "PREPARE_FASHION_MNIST",
+    "FixtureCIFAR10",
+    "ImageFolderData",
+    "course_data_url",
+    "fashion_mnist_missing",
+    "fashion_mnist_tensors",
+    "get_cifar10",
+    "get_fashion_mnist",
+    "get_food_data",
+    "get_mnist",
+    "main",
+    "prepare_fashion_mnist",
+]
 
 _COURSE_DATA = "https://github.com/mrdbourke/pytorch-deep-learning/raw/main/data"
 FOOD_SOURCES: dict[str, tuple[str, str]] = {
@@ -36,6 +64,7 @@ FOOD_SOURCES: dict[str, tuple[str, str]] = {
     "10%": ("pizza_steak_sushi.zip", "pizza_steak_sushi"),
     "20%": ("pizza_steak_sushi_20_percent.zip", "pizza_steak_sushi_20_percent"),
 }
+_DIGITS = "scikit-learn's 8x8 handwritten digits, upscaled to 28x28"
 
 
 def course_data_url() -> str:
@@ -59,14 +88,6 @@ class ImageFolderData:
         return self.root / "test"
 
 
-def _announce_stand_in(real: str, stand_in: str) -> None:
-    print(f"[STAND-IN] {real} is not available offline: using {stand_in} instead.")
-
-
-def _explain_failure(name: str, error: Exception) -> None:
-    print(f"[INFO] Could not get {name}: {error}")
-
-
 def get_food_data(
     subset: str = "10%",
     *,
@@ -84,54 +105,24 @@ def get_food_data(
             f"Unknown subset {subset!r}; choose one of {sorted(FOOD_SOURCES)}."
         )
     root = Path(root) if root is not None else data_dir()
-    if not is_offline():
+
+    def download() -> ImageFolderData:
         file, folder = FOOD_SOURCES[subset]
         url = f"{course_data_url()}/{file}"
-        try:
-            path = download_data(url, folder, sha256=sha256, data_dir=root)
-            if uses_fixtures():
-                announce_fixture(
-                    f"pizza/steak/sushi {subset}", f"random photos from {url}"
-                )
-            return ImageFolderData(path, False)
-        except DownloadError as error:
-            if not fallback:
-                raise
-            _explain_failure(f"pizza/steak/sushi {subset}", error)
-    elif not fallback:
-        raise DownloadError(
-            f"BOOK_OFFLINE=1 and fallback=False: pizza/steak/sushi {subset} "
-            "cannot be fetched. Unset BOOK_OFFLINE or allow the stand-in."
-        )
-    _announce_stand_in(
-        "pizza/steak/sushi", "texture photos (brick, grass, gravel) from scikit-image"
+        path = download_data(url, folder, sha256=sha256, data_dir=root)
+        if uses_fixtures():
+            announce_fixture(f"pizza/steak/sushi {subset}", f"random photos from {url}")
+        return ImageFolderData(path, False)
+
+    return standins.real_or_stand_in(
+        "pizza/steak/sushi",
+        download,
+        lambda: ImageFolderData(
+            standins.make_texture_photos(root / "texture_photos"), True
+        ),
+        "texture photos (brick, grass, gravel) from scikit-image",
+        fallback=fallback,
     )
-    return ImageFolderData(standins.make_texture_photos(root / "texture_photos"), True)
-
-
-def _torchvision_or_stand_in(
-    name: str, make_real, make_stand_in, stand_in_name: str, fallback: bool
-) -> Dataset:
-    if not is_offline():
-        try:
-            return make_real()
-        except (
-            RuntimeError,
-            OSError,
-        ) as error:  # torchvision raises these on failed downloads
-            if not fallback:
-                raise DownloadError(
-                    f"Could not download {name} through torchvision: {error}. "
-                    "Check your connection, or pass fallback=True to use the stand-in."
-                ) from error
-            _explain_failure(name, error)
-    elif not fallback:
-        raise DownloadError(
-            f"BOOK_OFFLINE=1 and fallback=False: {name} cannot be fetched. "
-            "Unset BOOK_OFFLINE or allow the stand-in."
-        )
-    _announce_stand_in(name, stand_in_name)
-    return make_stand_in()
 
 
 class FixtureCIFAR10(CIFAR10):
@@ -153,7 +144,7 @@ class FixtureCIFAR10(CIFAR10):
         self.class_to_idx = {name: i for i, name in enumerate(self.classes)}
 
 
-def _real_cifar10(root: Path, train: bool, transform) -> CIFAR10:
+def _real_cifar10(root: Path, train: bool, transform: Callable | None) -> CIFAR10:
     if not uses_fixtures():
         return CIFAR10(str(root), train=train, transform=transform, download=True)
     announce_fixture(
@@ -164,7 +155,7 @@ def _real_cifar10(root: Path, train: bool, transform) -> CIFAR10:
 
 def get_cifar10(
     train: bool = True,
-    transform=None,
+    transform: Callable | None = None,
     *,
     fallback: bool = True,
     root: str | Path | None = None,
@@ -174,18 +165,18 @@ def get_cifar10(
     With ``BOOK_FIXTURES=1``, a :class:`FixtureCIFAR10` read from ``root``.
     """
     root = Path(root) if root is not None else data_dir()
-    return _torchvision_or_stand_in(
+    return standins.real_or_stand_in(
         "CIFAR-10",
         lambda: _real_cifar10(root, train, transform),
         lambda: standins.PhotoDigits(train=train, transform=transform),
         "photo-digits (scikit-learn's handwritten digits on scikit-image photos, 32x32 RGB)",
-        fallback,
+        fallback=fallback,
     )
 
 
 def get_mnist(
     train: bool = True,
-    transform=None,
+    transform: Callable | None = None,
     *,
     fallback: bool = True,
     root: str | Path | None = None,
@@ -206,12 +197,12 @@ def get_mnist(
         return dataset
 
     root = Path(root) if root is not None else data_dir()
-    return _torchvision_or_stand_in(
+    return standins.real_or_stand_in(
         "MNIST",
         real,
         lambda: standins.DigitsMNIST(train=train, transform=transform),
-        "scikit-learn's 8x8 handwritten digits, upscaled to 28x28",
-        fallback,
+        _DIGITS,
+        fallback=fallback,
     )
 
 
@@ -284,7 +275,6 @@ def _install_fashion_mnist_files(raw: Path, sources: list[Path]) -> str | None:
     Each source folder may hold the files gzipped (``*-ubyte.gz``, as published) or not.
     Returns None when no source holds all four; raises ValueError when a file is corrupt.
     """
-    import tempfile
 
     def verified(name: str) -> bool:
         path = raw / name
@@ -310,13 +300,7 @@ def _install_fashion_mnist_files(raw: Path, sources: list[Path]) -> str | None:
                     f"{path} is not the official Fashion-MNIST file (SHA-256 mismatch). Delete it "
                     f"and reinstall the data ({INSTALL_FASHION_MNIST}), or point BOOK_DATA_DIR elsewhere."
                 )
-            handle, temporary = tempfile.mkstemp(prefix=f".{name}-", dir=raw)
-            with os.fdopen(handle, "wb") as file:
-                file.write(data)
-            umask = os.umask(0)
-            os.umask(umask)
-            os.chmod(temporary, 0o666 & ~umask)
-            os.replace(temporary, raw / name)
+            atomic_write(raw / name, lambda f, data=data: f.write(data))
         return str(source)
     return None
 
@@ -324,16 +308,13 @@ def _install_fashion_mnist_files(raw: Path, sources: list[Path]) -> str | None:
 def _fetch_debian_package(root: Path, raw: Path) -> str | None:
     """Debian's package without root: ``apt-get download`` it and ``dpkg-deb -x`` it into a
     temporary folder in ``root``, then install its verified files into ``raw``."""
-    import shutil
     import subprocess
-    import tempfile
 
     if shutil.which("apt-get") is None or shutil.which("dpkg-deb") is None:
         return None
-    root.mkdir(parents=True, exist_ok=True)
     apt_options = ["-o", "Acquire::Retries=0"]
     apt_options += ["-o", f"Acquire::http::Timeout={NETWORK_TIMEOUT_SECONDS}"]
-    with tempfile.TemporaryDirectory(prefix=".apt-download-", dir=root) as tmp:
+    with temporary_folder(root, "apt-download") as tmp:
         try:
             subprocess.run(
                 ["apt-get", "download", "-qq", *apt_options, DEBIAN_PACKAGE],
@@ -342,8 +323,8 @@ def _fetch_debian_package(root: Path, raw: Path) -> str | None:
                 capture_output=True,
                 timeout=3 * NETWORK_TIMEOUT_SECONDS,
             )
-            (package,) = Path(tmp).glob("*.deb")
-            unpacked = Path(tmp) / "unpacked"
+            (package,) = tmp.glob("*.deb")
+            unpacked = tmp / "unpacked"
             subprocess.run(
                 ["dpkg-deb", "-x", str(package), str(unpacked)],
                 check=True,
@@ -401,7 +382,9 @@ def prepare_fashion_mnist(root: str | Path | None = None) -> str:
     return source
 
 
-def _fashion_transform(pad_to_32: bool, rgb: bool, transform):
+def _fashion_transform(
+    pad_to_32: bool, rgb: bool, transform: Callable | None
+) -> Callable | None:
     from torchvision import transforms
 
     steps = ([transforms.Pad(2)] if pad_to_32 else []) + (
@@ -414,7 +397,7 @@ def _fashion_transform(pad_to_32: bool, rgb: bool, transform):
 
 def get_fashion_mnist(
     train: bool = True,
-    transform=None,
+    transform: Callable | None = None,
     *,
     pad_to_32: bool = False,
     rgb: bool = False,
@@ -437,16 +420,19 @@ def get_fashion_mnist(
 
     root = Path(root) if root is not None else data_dir()
     composed = _fashion_transform(pad_to_32, rgb, transform)
-    try:
+
+    def local_or_download() -> Dataset:
         prepare_fashion_mnist(root)
-    except DownloadError:
-        if not fallback or os.environ.get("CI", "").lower() == "true":
-            raise
-        _announce_stand_in(
-            "Fashion-MNIST", "scikit-learn's 8x8 handwritten digits, upscaled to 28x28"
-        )
-        return standins.DigitsMNIST(train=train, transform=composed)
-    return FashionMNIST(str(root), train=train, transform=composed, download=False)
+        return FashionMNIST(str(root), train=train, transform=composed, download=False)
+
+    return standins.real_or_stand_in(
+        "Fashion-MNIST",
+        local_or_download,
+        lambda: standins.DigitsMNIST(train=train, transform=composed),
+        _DIGITS,
+        fallback=fallback and os.environ.get("CI", "").lower() != "true",
+        try_offline=True,
+    )
 
 
 def fashion_mnist_tensors(

@@ -1,8 +1,9 @@
 """Safe downloads: checked HTTP status, time limits, an optional SHA-256, atomic extraction.
 
 Nothing half-written is ever left in place: a file is streamed into a temporary folder beside
-its destination, checked, extracted there and only then moved into place. A temporary left
-by a process that was killed is removed by the next call. A download cannot hang (each read
+its destination, checked, and extracted into a staging folder that is then renamed into place
+(:func:`~going_modular.files.atomic_folder`). A temporary left by a process that was killed is
+removed by the next call. A download cannot hang (each read
 has a timeout and the whole transfer a deadline) or fill the disk (the size is capped, and a
 zip's declared size and compression ratio are checked before anything is extracted). Only
 http(s) addresses are fetched. Every failure is a :class:`DownloadError` that names the URL,
@@ -13,16 +14,12 @@ from __future__ import annotations
 
 import errno
 import functools
-import glob
-import hashlib
 import http.client
 import io
 import math
 import os
-import re
 import shutil
 import socket
-import tempfile
 import time
 import urllib.error
 import urllib.parse
@@ -33,10 +30,13 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
+from .files import atomic_folder, remove_stale_temporaries, sha256_of, temporary_folder
 from .paths import data_dir as default_data_dir
 from .settings import is_offline
 
-CHUNK = 1 << 16
+__all__ = ["RECORD", "DownloadError", "download_data"]
+
+_CHUNK = 1 << 16
 # Inside a downloaded folder: the SHA-256 of the file it came from (hidden: never a class).
 RECORD = ".source.sha256"
 # errno values that mean the disk, not the network, failed.
@@ -48,10 +48,6 @@ _DISK_ERRNOS = {
     errno.EPERM,
     errno.EFBIG,
 }
-# Temporaries are ``.<name>.partial-<pid>-`` and tempfile's 8 characters: only such names
-# are ever removed, never a user's ``.<name>-20240101`` backup.
-_TEMP_MARKER = ".partial-"
-_TEMP_SUFFIX = re.compile(r"(\d+)-[a-z0-9_]{8}")
 # Below this many unpacked bytes a zip's compression ratio is not checked (harmless).
 _RATIO_FLOOR = 16 << 20
 
@@ -62,62 +58,6 @@ class DownloadError(RuntimeError):
 
 def _fail(url: str, cause: str, todo: str) -> DownloadError:
     return DownloadError(f"Could not download {url}: {cause}. {todo}")
-
-
-def sha256_of(path: str | Path) -> str:
-    """The SHA-256 hex digest of a file, read in chunks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(CHUNK), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def temporary_prefix(name: str) -> str:
-    """The prefix of this process's temporaries for ``name``: ``.<name>.partial-<pid>-``."""
-    return f".{name}{_TEMP_MARKER}{os.getpid()}-"
-
-
-def _still_in_use(path: Path, pid: int) -> bool:
-    if pid == os.getpid():
-        return True
-    if os.name != "posix":  # no cheap liveness test: trust anything younger than a day
-        return time.time() - path.stat().st_mtime < 86400
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # alive, owned by someone else
-        return True
-    return True
-
-
-def remove_stale_temporaries(folder: str | Path, name: str) -> list[Path]:
-    """Remove the temporaries for ``name`` in ``folder`` left by processes that have ended.
-
-    Downloads write to ``.<name>.partial-<pid>-<8 characters>`` and rename the result into
-    place; a kill -9 in between leaves it behind. Only exact such names are considered (a
-    user's ``.<name>-20240101`` is never touched), and those of a process that is still
-    running are kept. Returns what was removed.
-    """
-    folder, prefix = Path(folder), f".{name}{_TEMP_MARKER}"
-    removed = []
-    for path in sorted(folder.glob(glob.escape(prefix) + "*")):
-        match = _TEMP_SUFFIX.fullmatch(path.name[len(prefix) :])
-        if match is None:  # another name that starts alike
-            continue
-        pid = int(match.group(1))
-        try:
-            if _still_in_use(path, pid):
-                continue
-            if path.is_dir() and not path.is_symlink():
-                shutil.rmtree(path)
-            else:
-                path.unlink()
-        except OSError:  # vanished meanwhile, or not ours to remove: leave it
-            continue
-        removed.append(path)
-    return removed
 
 
 class _DeadlineReader(io.RawIOBase):
@@ -246,7 +186,7 @@ def _fetch(
                     total=expected, unit="B", unit_scale=True, desc=target.name[:30]
                 ) as bar,
             ):
-                while chunk := response.read1(CHUNK):
+                while chunk := response.read1(_CHUNK):
                     received += len(chunk)
                     if received > max_size:
                         raise _too_large(
@@ -500,23 +440,22 @@ def download_data(
                 "BOOK_OFFLINE=1 forbids network access",
                 "Unset it to download.",
             )
-        root.mkdir(parents=True, exist_ok=True)
-        workdir = Path(tempfile.mkdtemp(prefix=temporary_prefix(destination), dir=root))
-        try:
-            _download_into(
+        with (
+            temporary_folder(root, destination) as workdir,
+            atomic_folder(folder) as staged,
+        ):
+            archive = _download_into(
                 source,
-                destination,
-                root,
                 workdir,
+                staged,
                 sha256,
-                remove_source,
                 timeout=timeout,
                 deadline=deadline,
                 max_size=max_size,
                 max_ratio=max_ratio,
             )
-        finally:
-            shutil.rmtree(workdir, ignore_errors=True)
+            if not remove_source and archive.suffix == ".zip":
+                os.replace(archive, root / archive.name)
     except OSError as e:
         raise _fail(
             source,
@@ -530,18 +469,17 @@ def download_data(
 
 def _download_into(
     source: str,
-    destination: str,
-    root: Path,
     workdir: Path,
+    staged: Path,
     sha256: str | None,
-    remove_source: bool,
     *,
     timeout: float,
     deadline: float,
     max_size: int,
     max_ratio: float,
-) -> None:
-    """Fetch, verify and extract ``source`` in ``workdir``, then move it into place."""
+) -> Path:
+    """Fetch ``source`` into ``workdir`` and verify it, then extract it (a zip) or copy it
+    into ``staged``, with its SHA-256 recorded; return the downloaded file."""
     filename = Path(source.split("?")[0]).name or "download"
     archive = workdir / filename
     print(f"[INFO] Downloading {source} ...")
@@ -553,8 +491,6 @@ def _download_into(
             f"SHA-256 mismatch (expected {sha256}, got {actual})",
             "The file is corrupt or has changed upstream; it was discarded.",
         )
-    staged = workdir / "contents"
-    staged.mkdir()
     if zipfile.is_zipfile(archive) or filename.endswith(".zip"):
         _safe_extract(archive, staged, source, max_size, max_ratio)
     else:
@@ -565,9 +501,4 @@ def _download_into(
                 raise _web_page(source, f"the file {filename} it names")
         shutil.copy2(archive, staged / filename)
     (staged / RECORD).write_text(actual + "\n")
-    folder = root / destination
-    if folder.exists():  # an empty leftover folder
-        folder.rmdir()
-    os.replace(staged, folder)
-    if not remove_source and filename.endswith(".zip"):
-        os.replace(archive, root / filename)
+    return archive

@@ -1,11 +1,25 @@
-"""The training engine: one epoch of training, one of testing, and the loop around them.
+"""The training engine: :func:`fit` trains a model with a :class:`~going_modular.recipe.Recipe`.
+
+``fit(model, train_data, test_data, recipe)`` builds the optimiser, schedule and losses the
+recipe names, then runs the epochs: each one pass of training (the loop of
+:func:`train_one_epoch`) and one of testing (:func:`evaluate`), then the callbacks. It
+returns the per-epoch history.
 
 Accuracy and loss are averaged per sample, not per batch, so a small last batch does not
 count as much as a full one. Targets may be class indices or soft (mixed) distributions
-of shape (batch, classes), as MixUp and CutMix produce.
+of shape (batch, classes), as MixUp and CutMix produce. The sums stay on the device and
+are read once per epoch.
 
-``train(..., checkpoint_dir=DIR)`` saves everything needed to continue after each epoch and,
-called again with the same folder, continues where it stopped (see :func:`train`).
+A NaN or infinite loss stops training, and its step is not applied to the weights. On a
+CPU the loss is checked at every step, before backward. On CUDA, reading a value waits for
+the GPU, so with an optimiser that can skip a step on the device (a fused one, which
+:func:`fit` builds there) the check is a flag kept on the GPU, read every
+:data:`~going_modular.divergence.NONFINITE_CHECK_STEPS` steps, while a gradient scaler skips the bad step; with any
+other optimiser the loss is read at every step there too.
+
+``fit(..., checkpoint_dir=DIR)`` saves everything needed to continue after each epoch and,
+called again with the same folder, continues where it stopped (see :func:`fit` and
+:mod:`going_modular.checkpoint`).
 """
 
 from __future__ import annotations
@@ -13,144 +27,73 @@ from __future__ import annotations
 import contextlib
 import itertools
 import math
-import random
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
 
-import numpy as np
 import torch
 from torch import nn
 from tqdm import tqdm
 
-from . import runs, settings
+from . import settings
+from .checkpoint import CHECKPOINT_NAME, TrainingState, training_config
+from .divergence import (
+    NONFINITE_CHECK_STEPS,
+    DeviceLossCheck,
+    NonFiniteLossError,
+    TrainingDiverged,
+    check_finite_loss,
+    check_not_exploded,
+)
+from .recipe import BatchTransform, Recipe
+from .utils import get_device
 
-BatchTransform = Callable[
-    [torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]
+__all__ = [
+    "RESULT_KEYS",
+    "Callback",
+    "autocast",
+    "evaluate",
+    "fit",
+    "train_one_epoch",
 ]
-EpochCallback = Callable[[int, dict[str, list[float]]], None]
 
-RESULT_KEYS = ("train_loss", "train_acc", "test_loss", "test_acc", "epoch_seconds")
-CHECKPOINT_NAME = "checkpoint.pth"
-CHECKPOINT_FORMAT = 1
-# A training or test loss above this many times the first training step's loss (or above
-# this many when that loss was below 1) means training exploded: the run stops.
-LOSS_EXPLOSION_FACTOR = 1000.0
-# On CUDA the non-finite-loss flag stays on the GPU and is read every this many steps (a
-# read waits for the GPU); the gradient scaler skips a bad step meanwhile.
-NONFINITE_CHECK_STEPS = 32
+#: Called as ``callback(epoch, results)`` after each completed epoch; returning True stops
+#: training there (early stopping).
+Callback = Callable[[int, dict[str, list[float]]], bool | None]
 
-
-class TrainingDiverged(FloatingPointError):
-    """Training diverged: the loss became NaN, infinite, or exploded."""
-
-
-class NonFiniteLossError(TrainingDiverged):
-    """The loss became NaN or infinite; the message names the epoch, the step and likely causes."""
-
-
-class LossExplodedError(TrainingDiverged):
-    """The loss stayed finite but grew beyond :data:`LOSS_EXPLOSION_FACTOR` x its start."""
+#: What :func:`fit` returns, one value per epoch: losses and accuracies, the optimizer steps
+#: taken, and the seconds spent training, testing and in the whole epoch.
+RESULT_KEYS = (
+    "train_loss",
+    "train_acc",
+    "test_loss",
+    "test_acc",
+    "steps",
+    "train_seconds",
+    "test_seconds",
+    "epoch_seconds",
+)
+_SHOWN = RESULT_KEYS[:4]  # the values printed after each epoch
+# Devices where reading a value waits for the queued work (a host sync).
+_ASYNC_DEVICES = ("cuda",)
 
 
-class CheckpointMismatchError(ValueError):
-    """``checkpoint_dir`` holds a checkpoint of another model or other training arguments."""
+def _length(data: Iterable) -> int | None:
+    """The number of batches of ``data``, or None when it has no length (a generator)."""
+    try:
+        return len(data)  # type: ignore[arg-type]
+    except TypeError:
+        return None
 
 
-def _likely_causes(optimizer: torch.optim.Optimizer) -> list[str]:
-    """The optimiser settings that can make a loss diverge, named with their values."""
-    lrs = sorted({group["lr"] for group in optimizer.param_groups})
-    causes = [
-        f"a learning rate too high (now {', '.join(f'{lr:g}' for lr in lrs)}): "
-        "lower it, add warmup or clip gradients"
-    ]
-    decays = sorted(
-        {
-            group["weight_decay"]
-            for group in optimizer.param_groups
-            if group.get("weight_decay", 0) * group["lr"] >= 1
-        }
-    )
-    if decays:
-        causes.insert(
-            0,
-            f"a weight decay too high ({', '.join(f'{wd:g}' for wd in decays)}: learning "
-            "rate x weight decay is 1 or more, so each step flips or blows up the weights; "
-            "0.05 is usual)",
-        )
-    return causes
-
-
-def _non_finite_loss(
-    value: float | str, where: str, optimizer: torch.optim.Optimizer, inputs: str
-) -> NonFiniteLossError:
-    return NonFiniteLossError(
-        f"The training loss became {value} at {where}, so training stopped; this step was "
-        "not applied to the weights. Likely causes: "
-        + "; ".join([inputs, *_likely_causes(optimizer)])
-        + "."
-    )
-
-
-def _where(epoch: int | None, step: int) -> str:
-    return f"epoch {epoch}, step {step}" if epoch is not None else f"step {step}"
-
-
-def _check_finite_loss(
-    loss: torch.Tensor,
-    X: torch.Tensor,
-    optimizer: torch.optim.Optimizer,
-    epoch: int | None,
-    step: int,
-) -> None:
-    """Raise :class:`NonFiniteLossError` when ``loss`` is NaN or infinite (before backward)."""
-    if bool(torch.isfinite(loss.detach()).all()):
-        return
-    bad_inputs = int((~torch.isfinite(X)).sum()) if X.is_floating_point() else 0
-    inputs = (
-        f"{bad_inputs} NaN/infinite value(s) in this batch's inputs: clean the data"
-        if bad_inputs
-        else "the inputs of this batch are finite"
-    )
-    value = loss.detach().float().mean().item()
-    raise _non_finite_loss(value, _where(epoch, step), optimizer, inputs)
-
-
-class _DeviceLossCheck:
-    """The NaN/inf check on a GPU without waiting for it at every step: the number of the
-    first bad step is kept on the device and read every :data:`NONFINITE_CHECK_STEPS` steps
-    (the gradient scaler has skipped that step's update meanwhile)."""
-
-    def __init__(self, device: torch.device | str):
-        self.first_bad = torch.zeros((), dtype=torch.long, device=device)
-
-    def add(self, loss: torch.Tensor, step: int) -> None:
-        bad = ~torch.isfinite(loss.detach()).all()
-        self.first_bad = torch.where(bad & (self.first_bad == 0), step, self.first_bad)
-
-    def check(self, optimizer: torch.optim.Optimizer, epoch: int | None) -> None:
-        step = int(self.first_bad)
-        if step:
-            raise _non_finite_loss(
-                "NaN or infinite",
-                _where(epoch, step),
-                optimizer,
-                "NaN/infinite values in that batch's inputs (clean the data)",
-            )
-
-
-def _check_loaders(train_dataloader: Iterable, test_dataloader: Iterable) -> None:
+def _check_loaders(train_data: Iterable, test_data: Iterable | None) -> None:
     """Before training, refuse a loader that would yield no batch, saying why."""
-    for name, loader in (("training", train_dataloader), ("test", test_dataloader)):
-        if loader is None:
-            raise ValueError(f"No {name} dataloader was given.")
-        try:
-            if len(loader) > 0:  # type: ignore[arg-type]
-                continue
-        except TypeError:  # no length (a generator, an IterableDataset): not checkable
-            continue
+    if train_data is None:
+        raise ValueError("No training dataloader was given.")
+    for name, loader in (("training", train_data), ("test", test_data)):
+        if loader is None or _length(loader) != 0:
+            continue  # no test data, batches, or no length to check
         dataset = getattr(loader, "dataset", None)
         size = len(dataset) if hasattr(dataset, "__len__") else 0
         if size and getattr(loader, "drop_last", False):
@@ -165,8 +108,8 @@ def _check_loaders(train_dataloader: Iterable, test_dataloader: Iterable) -> Non
         )
 
 
-def _autocast(device: torch.device | str, amp: bool):
-    """float16 autocast on CUDA, bfloat16 on CPU, nothing when ``amp`` is False."""
+def autocast(device: torch.device | str, amp: bool):
+    """float16 autocast on CUDA, bfloat16 on a CPU, nothing when ``amp`` is False."""
     if not amp:
         return contextlib.nullcontext()
     kind = torch.device(device).type
@@ -181,7 +124,7 @@ def _hard_labels(y: torch.Tensor) -> torch.Tensor:
 
 def _batches(dataloader: Iterable, max_steps: int | None, desc: str, progress: bool):
     max_steps = settings.cap(max_steps)  # a dry run (BOOK_DRY_RUN=1) takes a few steps
-    total = len(dataloader) if hasattr(dataloader, "__len__") else None
+    total = _length(dataloader)
     if max_steps is not None:
         total = max_steps if total is None else min(total, max_steps)
     batches = itertools.islice(dataloader, max_steps)
@@ -220,12 +163,12 @@ class _UntilDeadline:
 class _Tally:
     """Per-sample sums of the loss and of the correct predictions, kept on the device:
     adding a batch never waits for a GPU; :meth:`result` syncs once, at the end. ``first``
-    is the first batch's loss (a tensor)."""
+    is the first batch's loss (a tensor), ``steps`` the number of batches."""
 
     def __init__(self) -> None:
         self.loss: torch.Tensor | float = 0.0
         self.correct: torch.Tensor | float = 0.0
-        self.seen = 0
+        self.seen = self.steps = 0
         self.first: torch.Tensor | None = None
 
     def add(self, loss: torch.Tensor, logits: torch.Tensor, y: torch.Tensor) -> None:
@@ -235,14 +178,21 @@ class _Tally:
         self.loss = self.loss + loss.detach().float() * n
         self.correct = self.correct + (logits.argmax(dim=1) == _hard_labels(y)).sum()
         self.seen += n
+        self.steps += 1
 
     def result(self) -> tuple[float, float]:
         return float(self.loss) / self.seen, float(self.correct) / self.seen
 
 
-def _defer_loss_check(device: torch.device | str) -> bool:
-    """Whether the NaN/inf check stays on the device (CUDA: reading a loss waits for it)."""
-    return torch.device(device).type == "cuda"
+def _defer_loss_check(
+    device: torch.device | str, optimizer: torch.optim.Optimizer
+) -> bool:
+    """Whether the NaN/inf check stays on the device: where reading the loss waits for the
+    device (CUDA), and the optimiser is fused, so that a gradient scaler skips a bad step
+    on the device too (a scaler with another optimiser reads its flag at every step)."""
+    return torch.device(device).type in _ASYNC_DEVICES and bool(
+        optimizer.defaults.get("fused")
+    )
 
 
 def _unit_scaler(device: torch.device | str) -> torch.amp.GradScaler:
@@ -273,13 +223,13 @@ def _train_epoch(
     progress: bool,
     epoch: int | None,
 ) -> _Tally:
-    """One pass of training (see :func:`train_step`); returns its tally."""
+    """One pass of training (see :func:`train_one_epoch`); returns its tally."""
     model.train()
     tally = _Tally()
-    deferred = _defer_loss_check(device)
+    deferred = _defer_loss_check(device, optimizer)
     if deferred and scaler is None:
         scaler = _unit_scaler(device)
-    device_check = _DeviceLossCheck(device) if deferred else None
+    device_check = DeviceLossCheck(device) if deferred else None
     single_batch_fails = _has_batchnorm(model)
     batches = _batches(dataloader, max_steps, "train", progress)
     for step, (X, y) in enumerate(batches, start=1):
@@ -288,11 +238,11 @@ def _train_epoch(
         X, y = X.to(device, non_blocking=True), y.to(device, non_blocking=True)
         if batch_transform is not None:
             X, y = batch_transform(X, y)
-        with _autocast(device, amp):
+        with autocast(device, amp):
             logits = model(X)
             loss = loss_fn(logits, y)
         if device_check is None:
-            _check_finite_loss(loss, X, optimizer, epoch, step)
+            check_finite_loss(loss, X, optimizer, epoch, step)
         else:
             device_check.add(loss, step)
             if step % NONFINITE_CHECK_STEPS == 0:
@@ -325,7 +275,7 @@ def _train_epoch(
     return tally
 
 
-def train_step(
+def train_one_epoch(
     model: nn.Module,
     dataloader: Iterable,
     loss_fn: nn.Module,
@@ -343,14 +293,13 @@ def train_step(
 ) -> tuple[float, float]:
     """Train ``model`` for one pass over ``dataloader``; return ``(loss, accuracy)`` per sample.
 
-    ``scheduler`` is stepped after every optimizer step; ``max_grad_norm`` clips the global
-    gradient norm; ``batch_transform`` (e.g. torchvision's MixUp) maps ``(X, y)`` to a mixed
-    batch; ``max_steps`` caps the number of batches for quick runs. A NaN or infinite loss
-    raises :class:`NonFiniteLossError` (naming ``epoch`` and the step) and its step is not
-    applied: on a CPU the loss is checked before backward at every step; on CUDA a flag kept
-    on the GPU is read every :data:`NONFINITE_CHECK_STEPS` steps (reading waits for the GPU)
-    and a gradient scaler skips the bad step's update. A model with BatchNorm skips a batch
-    of a single image (BatchNorm cannot train on one), as ``drop_last`` would.
+    The loop :func:`fit` runs each epoch. ``scheduler`` is stepped after every optimizer
+    step; ``max_grad_norm`` clips the global gradient norm; ``batch_transform`` (e.g.
+    MixUp) maps ``(X, y)`` to a mixed batch; ``max_steps`` caps the number of batches.
+    A NaN or infinite loss raises :class:`~going_modular.divergence.NonFiniteLossError` (naming ``epoch`` and the
+    step) and its step is not applied (see the module's docstring for how it is checked
+    on a CPU and on CUDA). A model with BatchNorm skips a batch of a single image
+    (BatchNorm cannot train on one), as ``drop_last`` would.
     """
     return _train_epoch(
         model,
@@ -370,7 +319,7 @@ def train_step(
 
 
 @torch.inference_mode()
-def test_step(
+def evaluate(
     model: nn.Module,
     dataloader: Iterable,
     loss_fn: nn.Module,
@@ -385,7 +334,7 @@ def test_step(
     tally = _Tally()
     for X, y in _batches(dataloader, max_steps, "test", progress):
         X, y = X.to(device, non_blocking=True), y.to(device, non_blocking=True)
-        with _autocast(device, amp):
+        with autocast(device, amp):
             logits = model(X)
             loss = loss_fn(logits, y)
         tally.add(loss, logits, y)
@@ -396,199 +345,70 @@ def test_step(
     return tally.result()
 
 
-def _module(model: nn.Module) -> nn.Module:
-    """The module whose weights a checkpoint holds (the original of a compiled model)."""
-    return getattr(model, "_orig_mod", model)
+def _run_length(
+    train_data: Iterable, recipe: Recipe
+) -> tuple[int, int | None, int | None]:
+    """The run's epochs, the steps of a full epoch and the total steps (None: unknown)."""
+    per_epoch, length = recipe.max_steps_per_epoch, _length(train_data)
+    if length is not None:
+        per_epoch = length if per_epoch is None else min(per_epoch, length)
+    if recipe.steps is None:
+        total = None if per_epoch is None else recipe.epochs * per_epoch
+        return recipe.epochs, per_epoch, total
+    if per_epoch is None:
+        raise ValueError(
+            "A run of so many steps needs the steps of an epoch: give the training data "
+            "a length (a DataLoader has one) or set max_steps_per_epoch."
+        )
+    return math.ceil(recipe.steps / per_epoch), per_epoch, recipe.steps
 
 
-def _rng_state() -> dict[str, Any]:
-    """Python's, NumPy's and PyTorch's random states, as tensors and numbers only (so that
-    ``torch.load(weights_only=True)`` reads them)."""
-    _, key, pos, has_gauss, gauss = np.random.get_state()
-    version, internal, python_gauss = random.getstate()
-    return {
-        "python": [version, list(internal), python_gauss],
-        "numpy": [torch.from_numpy(key.astype(np.int64)), pos, has_gauss, gauss],
-        "torch": torch.get_rng_state(),
-        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-    }
-
-
-def _set_rng_state(state: dict[str, Any]) -> None:
-    version, internal, python_gauss = state["python"]
-    random.setstate((version, tuple(internal), python_gauss))
-    key, pos, has_gauss, gauss = state["numpy"]
-    np.random.set_state(
-        ("MT19937", key.numpy().astype(np.uint32), pos, has_gauss, gauss)
+def _test_epoch(
+    model: nn.Module, test_data: Iterable, loss_fn: nn.Module, device, amp: bool,
+    progress: bool, epoch: int,
+) -> tuple[float, float]:  # fmt: skip
+    """:func:`evaluate` after training ``epoch``; a NaN or infinite test loss is an error."""
+    test_loss, test_acc = evaluate(
+        model, test_data, loss_fn, device, amp=amp, progress=progress
     )
-    torch.set_rng_state(state["torch"])
-    if state["cuda"] and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-
-
-def _training_config(
-    model: nn.Module,
-    optimizer: torch.optim.Optimizer,
-    scheduler: torch.optim.lr_scheduler.LRScheduler | None,
-    **arguments: Any,
-) -> dict[str, Any]:
-    """What a checkpoint must share with the call that continues it."""
-    return arguments | {
-        "optimizer": type(optimizer).__name__,
-        "scheduler": type(scheduler).__name__ if scheduler is not None else None,
-        "weights": {k: list(v.shape) for k, v in _module(model).state_dict().items()},
-    }
-
-
-def read_checkpoint(checkpoint_dir: str | Path) -> dict[str, Any] | None:
-    """The training checkpoint :func:`train` saved in ``checkpoint_dir``, or None if there is
-    none: ``epoch`` (completed), ``results`` so far, ``model``, ``optimizer``, ``scheduler``
-    and ``scaler`` states, random states and the ``config`` it was trained with."""
-    path = Path(checkpoint_dir) / CHECKPOINT_NAME
-    if not path.exists():
-        return None
-    try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as error:  # noqa: BLE001  (torch.load raises many kinds)
-        raise CheckpointMismatchError(
-            f"Cannot read the training checkpoint {path}: {error}. Move it away to start "
-            "afresh."
-        ) from error
-    if (
-        not isinstance(checkpoint, dict)
-        or checkpoint.get("format") != CHECKPOINT_FORMAT
-    ):
-        found = checkpoint.get("format") if isinstance(checkpoint, dict) else None
-        raise CheckpointMismatchError(
-            f"{path} is not a training checkpoint this version reads (format {found!r}, "
-            f"expected {CHECKPOINT_FORMAT}). Move it away to start afresh."
+    if not math.isfinite(test_loss):
+        raise NonFiniteLossError(
+            f"The test loss is {test_loss} after epoch {epoch} (every training loss "
+            "was finite). Likely causes: NaN/infinite values in the test inputs, or "
+            "weights that overflowed in the last steps (lower the learning rate or "
+            "clip gradients)."
         )
-    return checkpoint
+    return test_loss, test_acc
 
 
-def _check_matches(saved: dict[str, Any], current: dict[str, Any], path: Path) -> None:
-    """Raise :class:`CheckpointMismatchError` listing what differs between two configs."""
-    problems = [
-        f"{key}={saved.get(key)!r} there but {value!r} here"
-        for key, value in current.items()
-        if key != "weights" and saved.get(key) != value
-    ]
-    weights, ours = saved.get("weights", {}), current["weights"]
-    differ = [
-        f"{k}: {weights.get(k, 'missing')} there but {ours.get(k, 'missing')} here"
-        for k in sorted(set(weights) | set(ours))
-        if weights.get(k) != ours.get(k)
-    ]
-    if differ:
-        problems.append(
-            f"another model ({len(differ)} weight(s) differ, e.g. {differ[0]})"
-        )
-    if problems:
-        raise CheckpointMismatchError(
-            f"{path} was saved by another training: {'; '.join(problems)}. Call train() "
-            "with the same model and arguments to continue it, or give another "
-            "checkpoint_dir to start afresh."
-        )
-
-
-def _resume(
-    checkpoint_dir: Path,
-    config: dict[str, Any],
+def fit(
     model: nn.Module,
-    optimizer: torch.optim.Optimizer,
-    scheduler: torch.optim.lr_scheduler.LRScheduler | None,
-    scaler: torch.amp.GradScaler | None,
-) -> dict[str, Any] | None:
-    """Load the checkpoint in ``checkpoint_dir`` into the training state, if there is one."""
-    checkpoint = read_checkpoint(checkpoint_dir)
-    if checkpoint is None:
-        return None
-    _check_matches(checkpoint["config"], config, checkpoint_dir / CHECKPOINT_NAME)
-    _module(model).load_state_dict(checkpoint["model"])
-    optimizer.load_state_dict(checkpoint["optimizer"])
-    if scheduler is not None:
-        scheduler.load_state_dict(checkpoint["scheduler"])
-    if scaler is not None and checkpoint["scaler"]:
-        scaler.load_state_dict(checkpoint["scaler"])
-    _set_rng_state(checkpoint["rng"])
-    return checkpoint
-
-
-def _save_checkpoint(
-    checkpoint_dir: Path,
-    epoch: int,
-    config: dict[str, Any],
-    model: nn.Module,
-    optimizer: torch.optim.Optimizer,
-    scheduler: torch.optim.lr_scheduler.LRScheduler | None,
-    scaler: torch.amp.GradScaler | None,
-    results: dict[str, list[float]],
-    first_loss: float,
-) -> None:
-    state = {
-        "format": CHECKPOINT_FORMAT,
-        "epoch": epoch,
-        "config": config,
-        "model": _module(model).state_dict(),
-        "optimizer": optimizer.state_dict(),
-        "scheduler": scheduler.state_dict() if scheduler is not None else None,
-        "scaler": scaler.state_dict() if scaler is not None else None,
-        "rng": _rng_state(),
-        "results": results,
-        "first_loss": first_loss,
-    }
-    runs.atomic_write(checkpoint_dir / CHECKPOINT_NAME, lambda f: torch.save(state, f))
-
-
-def _check_not_exploded(
-    epoch: int,
-    losses: dict[str, float],
-    first_loss: float,
-    optimizer: torch.optim.Optimizer,
-) -> None:
-    """Raise :class:`LossExplodedError` when a loss of ``epoch`` is beyond the limit."""
-    limit = LOSS_EXPLOSION_FACTOR * max(first_loss, 1.0)
-    for name, value in losses.items():
-        if value > limit:
-            raise LossExplodedError(
-                f"The {name} loss of epoch {epoch} is {value:.3g}, more than "
-                f"{LOSS_EXPLOSION_FACTOR:g} times the first step's loss ({first_loss:.3g}): "
-                "training exploded, so it stopped and this epoch was not recorded. Likely "
-                "causes: " + "; ".join(_likely_causes(optimizer)) + "."
-            )
-
-
-def train(
-    model: nn.Module,
-    train_dataloader: Iterable,
-    test_dataloader: Iterable,
-    optimizer: torch.optim.Optimizer,
-    loss_fn: nn.Module,
-    epochs: int,
-    device: torch.device | str,
+    train_data: Iterable,
+    test_data: Iterable | None,
+    recipe: Recipe,
     *,
-    scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
-    max_grad_norm: float | None = None,
-    amp: bool = False,
-    batch_transform: BatchTransform | None = None,
-    max_steps_per_epoch: int | None = None,
-    test_loss_fn: nn.Module | None = None,
-    progress: bool = True,
-    time_budget: float | None = None,
-    on_epoch_end: EpochCallback | None = None,
+    device: torch.device | str | None = None,
+    callbacks: Sequence[Callback] = (),
     checkpoint_dir: str | Path | None = None,
+    progress: bool = True,
 ) -> dict[str, list[float]]:
-    """Train and test ``model`` for ``epochs`` epochs.
+    """Train ``model`` on ``train_data`` with ``recipe``, testing on ``test_data`` after
+    each epoch; return the per-epoch history (:data:`RESULT_KEYS`).
 
-    Returns a dict of per-epoch lists: ``train_loss``, ``train_acc``, ``test_loss``,
-    ``test_acc`` and ``epoch_seconds``. ``amp`` uses float16 autocast with gradient scaling
-    on CUDA and bfloat16 autocast on CPU. ``test_loss_fn`` defaults to ``loss_fn`` (pass a
-    plain cross-entropy when training with label smoothing, to report the usual test loss).
+    ``train_data`` and ``test_data`` are DataLoaders, or any iterables of ``(X, y)``
+    batches (each epoch iterates again). ``test_data=None`` skips testing (the history has
+    no ``test_*`` values then). ``device`` defaults to CUDA when there is a GPU. The
+    optimiser, schedule and losses are built from ``recipe``; the schedule is stepped after
+    every optimizer step. ``recipe.amp`` trains and tests under autocast: float16 with
+    gradient scaling on CUDA, bfloat16 on a CPU.
 
-    ``time_budget`` (seconds, counted from the call) stops training early: once it is spent,
-    the current epoch's training ends after the step in progress, that epoch is tested and
-    recorded as usual (its ``train_*`` values cover the steps it ran), and no further epoch
-    starts. The final test pass runs after the budget, so the call takes a little longer.
+    ``recipe.time_budget`` (seconds, counted from the call) stops training early: once it
+    is spent, the current epoch's training ends after the step in progress, that epoch is
+    tested and recorded as usual (its ``train_*`` values cover the steps it ran), and no
+    further epoch starts. The last test pass runs after the budget.
+
+    ``callbacks`` are called as ``callback(epoch, results)`` after each completed (and
+    checkpointed) epoch; one that returns True stops training after that epoch.
 
     ``checkpoint_dir`` makes long runs resumable: after each completed epoch, the model,
     optimiser, scheduler, gradient scaler and random states, the epoch and the results so far
@@ -596,49 +416,47 @@ def train(
     (after an interruption, a crash, a disconnected notebook), training continues after the
     last completed epoch and the returned results include the earlier epochs; on a CPU with
     ``num_workers=0`` the losses are exactly those of an uninterrupted run. A checkpoint of
-    another model or other ``epochs``, ``max_steps_per_epoch``, ``amp``, ``max_grad_norm``,
-    optimiser or scheduler raises :class:`CheckpointMismatchError`.
+    another model, or of a recipe with other ``epochs``, ``steps``,
+    ``max_steps_per_epoch``, ``amp``, ``max_grad_norm``, ``lr``, ``weight_decay``,
+    ``label_smoothing``, optimiser or scheduler raises
+    :class:`~going_modular.checkpoint.CheckpointMismatchError`.
 
     Both loaders are checked before training starts. A NaN or infinite training or test loss
-    raises :class:`NonFiniteLossError`; a finite loss above :data:`LOSS_EXPLOSION_FACTOR`
-    times the first step's loss (or above that factor when the first loss was below 1)
-    raises :class:`LossExplodedError`, before the epoch is recorded. ``on_epoch_end(epoch,
-    results)`` is called after each completed (and checkpointed) epoch.
+    raises :class:`~going_modular.divergence.NonFiniteLossError` (the bad step is not applied); a finite loss above
+    :data:`~going_modular.divergence.LOSS_EXPLOSION_FACTOR` times the first step's loss (or above that factor when
+    the first loss was below 1) raises :class:`~going_modular.divergence.LossExplodedError`, before the epoch is
+    recorded. Both are :class:`~going_modular.divergence.TrainingDiverged` and carry ``epoch`` and ``results``.
     """
-    if time_budget is not None and not time_budget > 0:
-        raise ValueError(
-            f"time_budget must be a positive number of seconds, got {time_budget}."
-        )
-    if epochs <= 0:
-        raise ValueError(f"epochs must be a positive integer, got {epochs}.")
-    _check_loaders(train_dataloader, test_dataloader)
+    _check_loaders(train_data, test_data)
+    device = get_device() if device is None else torch.device(device)
     model.to(device)
+    epochs, per_epoch, total_steps = _run_length(train_data, recipe)
+    optimizer = recipe.build_optimizer(model, fused=device.type in _ASYNC_DEVICES)
+    scheduler = recipe.build_schedule(optimizer, total_steps)
+    loss_fn, test_loss_fn = recipe.build_losses()
     scaler = None
-    if amp and torch.device(device).type == "cuda":
+    if recipe.amp and device.type == "cuda":
         scaler = torch.amp.GradScaler("cuda")
-    elif _defer_loss_check(device):
+    elif _defer_loss_check(device, optimizer):
         scaler = _unit_scaler(device)
-    results: dict[str, list[float]] = {key: [] for key in RESULT_KEYS}
+    state = TrainingState(
+        model,
+        optimizer,
+        scheduler,
+        scaler,
+        training_config(model, recipe, epochs, optimizer, scheduler),
+    )
+    keys = [k for k in RESULT_KEYS if test_data is not None or not k.startswith("test")]
+    results: dict[str, list[float]] = {key: [] for key in keys}
     first_loss: float | None = None
     done = 0
     if checkpoint_dir is not None:
         checkpoint_dir = Path(checkpoint_dir)
         checkpoint_dir.mkdir(parents=True, exist_ok=True)
-        config = _training_config(
-            model,
-            optimizer,
-            scheduler,
-            epochs=epochs,
-            max_steps_per_epoch=max_steps_per_epoch,
-            amp=amp,
-            max_grad_norm=max_grad_norm,
-        )
-        checkpoint = _resume(
-            checkpoint_dir, config, model, optimizer, scheduler, scaler
-        )
+        checkpoint = state.resume(checkpoint_dir)
         if checkpoint is not None:
             done, first_loss = checkpoint["epoch"], checkpoint["first_loss"]
-            results = {k: list(checkpoint["results"][k]) for k in RESULT_KEYS}
+            results = {k: list(v) for k, v in checkpoint["results"].items()}
             rest = (
                 f"continuing with epoch {done + 1}"
                 if done < epochs
@@ -648,82 +466,76 @@ def train(
                 f"Resuming from {checkpoint_dir / CHECKPOINT_NAME}: {done} of {epochs} "
                 f"epochs done; {rest}."
             )
-    deadline = None if time_budget is None else time.perf_counter() + time_budget
-    out_of_time = False
-    for epoch in range(done + 1, epochs + 1):
-        start = time.perf_counter()
-        if deadline is not None and epoch > done + 1 and start >= deadline:
-            out_of_time = True
-            break
-        loader = train_dataloader
-        if deadline is not None:
-            loader = _UntilDeadline(train_dataloader, deadline)
-        tally = _train_epoch(
-            model,
-            loader,
-            loss_fn,
-            optimizer,
-            device,
-            scheduler=scheduler,
-            max_grad_norm=max_grad_norm,
-            amp=amp,
-            scaler=scaler,
-            batch_transform=batch_transform,
-            max_steps=max_steps_per_epoch,
-            progress=progress,
-            epoch=epoch,
-        )
-        train_loss, train_acc = tally.result()
-        if first_loss is None:
-            first_loss = float(tally.first)
-        test_loss, test_acc = test_step(
-            model,
-            test_dataloader,
-            test_loss_fn or loss_fn,
-            device,
-            amp=amp,
-            progress=progress,
-        )
-        if not math.isfinite(test_loss):
-            raise NonFiniteLossError(
-                f"The test loss is {test_loss} after epoch {epoch} (every training loss "
-                "was finite). Likely causes: NaN/infinite values in the test inputs, or "
-                "weights that overflowed in the last steps (lower the learning rate or "
-                "clip gradients)."
-            )
-        _check_not_exploded(
-            epoch, {"training": train_loss, "test": test_loss}, first_loss, optimizer
-        )
-        seconds = time.perf_counter() - start
-        for key, value in zip(
-            results, (train_loss, train_acc, test_loss, test_acc, seconds)
-        ):
-            results[key].append(value)
-        if checkpoint_dir is not None:
-            _save_checkpoint(
-                checkpoint_dir,
-                epoch,
-                config,
+    deadline = (
+        None if recipe.time_budget is None else time.perf_counter() + recipe.time_budget
+    )
+    stopped = ""
+    epoch = done
+    try:
+        for epoch in range(done + 1, epochs + 1):
+            start = time.perf_counter()
+            if deadline is not None and epoch > done + 1 and start >= deadline:
+                stopped = f"Time budget of {recipe.time_budget:.0f} s spent"
+                break
+            loader = train_data
+            if deadline is not None:
+                loader = _UntilDeadline(train_data, deadline)
+            max_steps = recipe.max_steps_per_epoch
+            if recipe.steps is not None:
+                max_steps = min(per_epoch, recipe.steps - (epoch - 1) * per_epoch)
+            tally = _train_epoch(
                 model,
+                loader,
+                loss_fn,
                 optimizer,
-                scheduler,
-                scaler,
-                results,
-                first_loss,
+                device,
+                scheduler=scheduler,
+                max_grad_norm=recipe.max_grad_norm,
+                amp=recipe.amp,
+                scaler=scaler,
+                batch_transform=recipe.batch_transform,
+                max_steps=max_steps,
+                progress=progress,
+                epoch=epoch,
             )
-        if on_epoch_end is not None:
-            on_epoch_end(epoch, results)
-        if progress:
-            print(
-                f"Epoch {epoch:>3}/{epochs} | train_loss {train_loss:.4f} | train_acc "
-                f"{train_acc:.4f} | test_loss {test_loss:.4f} | test_acc {test_acc:.4f} | "
-                f"{seconds:.1f} s"
-            )
-        if deadline is not None and loader.stopped:
-            out_of_time = True
-            break
-    if progress and out_of_time:
-        print(
-            f"Time budget of {time_budget:.0f} s spent: stopped in epoch {len(results['test_acc'])}."
-        )
+            train_loss, train_acc = tally.result()
+            trained = time.perf_counter()
+            if first_loss is None:
+                first_loss = float(tally.first)
+            values = {"train_loss": train_loss, "train_acc": train_acc}
+            if test_data is not None:
+                values["test_loss"], values["test_acc"] = _test_epoch(
+                    model, test_data, test_loss_fn, device, recipe.amp, progress, epoch
+                )
+            losses = {"training": train_loss, "test": values.get("test_loss")}
+            check_not_exploded(epoch, losses, first_loss, optimizer)
+            end = time.perf_counter()
+            values |= {
+                "steps": tally.steps,
+                "train_seconds": trained - start,
+                "test_seconds": end - trained,
+                "epoch_seconds": end - start,
+            }
+            for key in results:
+                results[key].append(values[key])
+            if checkpoint_dir is not None:
+                state.save(checkpoint_dir, epoch, results, first_loss)
+            stop = [bool(callback(epoch, results)) for callback in callbacks]
+            if progress:
+                print(
+                    f"Epoch {epoch:>3}/{epochs} | "
+                    + " | ".join(f"{k} {values[k]:.4f}" for k in _SHOWN if k in values)
+                    + f" | {values['epoch_seconds']:.1f} s"
+                )
+            if deadline is not None and loader.stopped:
+                stopped = f"Time budget of {recipe.time_budget:.0f} s spent"
+                break
+            if any(stop):
+                stopped = "A callback stopped training"
+                break
+    except TrainingDiverged as error:
+        error.epoch, error.results = epoch, results
+        raise
+    if progress and stopped:
+        print(f"{stopped}: stopped in epoch {len(results['train_loss'])}.")
     return results

@@ -18,6 +18,15 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from .utils import set_seeds
 
+__all__ = [
+    "balanced_subset",
+    "format_mean_std",
+    "over_seeds",
+    "step_loader",
+    "summarize",
+    "tensor_loaders",
+]
+
 R = TypeVar("R")
 
 

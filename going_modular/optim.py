@@ -8,6 +8,8 @@ from numbers import Integral
 import torch
 from torch import nn
 
+__all__ = ["param_groups_weight_decay", "warmup_cosine_schedule"]
+
 
 def param_groups_weight_decay(model: nn.Module, weight_decay: float) -> list[dict]:
     """Two parameter groups: weights decayed, biases and norm/embedding scales (1-D) not."""
@@ -29,7 +31,7 @@ def warmup_cosine_schedule(
 ) -> torch.optim.lr_scheduler.LambdaLR:
     """Linear warmup from 0 over ``warmup_steps``, then cosine decay to ``min_factor`` x LR.
 
-    Step it once per optimizer step (the engine does, when given it as ``scheduler``).
+    Step it once per optimizer step (``fit`` does, for ``Recipe(schedule="warmup_cosine")``).
     Step ``s`` of the warmup gets ``min(1, (s + 1) / warmup_steps)`` of the LR, so a
     fractional ``warmup_steps`` never overshoots the peak.
     """

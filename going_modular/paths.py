@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+__all__ = ["data_dir", "project_root"]
+
 _PACKAGE_PARENT = Path(__file__).resolve().parents[1]
 
 

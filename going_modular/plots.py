@@ -8,6 +8,21 @@ import torch
 
 from .style import figsize
 
+__all__ = ["compare_runs", "plot_loss_curves", "tensor_to_image"]
+
+
+def _finish(
+    fig: plt.Figure, axes: tuple[plt.Axes, ...], title: str | None
+) -> plt.Figure:
+    """Grid and legend on every panel, the title above them, and a tight layout."""
+    for ax in axes:
+        ax.grid(alpha=0.3)
+        ax.legend()
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
 
 def plot_loss_curves(
     results: dict[str, list[float]], title: str | None = None
@@ -19,12 +34,7 @@ def plot_loss_curves(
         ax.plot(epochs, results[f"train_{metric}"], marker="o", label=f"train {metric}")
         ax.plot(epochs, results[f"test_{metric}"], marker="o", label=f"test {metric}")
         ax.set(title=label, xlabel="Epoch")
-        ax.grid(alpha=0.3)
-        ax.legend()
-    if title:
-        fig.suptitle(title)
-    fig.tight_layout()
-    return fig
+    return _finish(fig, (ax_loss, ax_acc), title)
 
 
 def compare_runs(
@@ -38,13 +48,7 @@ def compare_runs(
         ax_acc.plot(epochs, results["test_acc"], marker="o", label=name)
     ax_loss.set(title="Test loss", xlabel="Epoch")
     ax_acc.set(title="Test accuracy", xlabel="Epoch")
-    for ax in (ax_loss, ax_acc):
-        ax.grid(alpha=0.3)
-        ax.legend()
-    if title:
-        fig.suptitle(title)
-    fig.tight_layout()
-    return fig
+    return _finish(fig, (ax_loss, ax_acc), title)
 
 
 def tensor_to_image(image: torch.Tensor) -> np.ndarray:

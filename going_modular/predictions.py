@@ -16,6 +16,8 @@ from .data_setup import load_rgb
 from .plots import tensor_to_image
 from .style import COLUMN_INCHES
 
+__all__ = ["plot_prediction_grid", "pred_and_plot_image", "predict_image"]
+
 
 def predict_image(
     model: nn.Module,

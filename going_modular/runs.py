@@ -1,4 +1,4 @@
-"""Run folders that never overwrite each other: atomic writes, a lock and a ``latest`` pointer.
+"""Run folders that never overwrite each other: one per run, a lock, a ``latest`` pointer.
 
 Each training run of the CLI gets its own new folder ``<output-dir>/<timestamp>-<id>/`` (as
 MLflow and Lightning version their runs); nothing a later run does deletes or moves it. A
@@ -6,15 +6,18 @@ lock file (``<output-dir>/.lock``) refuses a second run into the same folder whi
 running, and ``<output-dir>/latest`` points to the newest run that saved a model (a symlink,
 or a text file holding the run's name where symlinks are not possible).
 
-Files are written atomically: to a temporary name beside the target, then renamed into
-place. Temporary names are those of :mod:`going_modular.download`,
-``.<name>.partial-<pid>-<8 characters>``, so that a cleanup only ever removes temporaries
-that this code wrote and whose process has ended, never a user's ``.model.pth-20240101``.
+Files are written atomically with :mod:`going_modular.files` (a temporary beside the
+target, renamed into place; a cleanup only ever removes temporaries that this code wrote and
+whose process has ended, never a user's ``.model.pth-20240101``).
 A run's ``model.pth`` is saved first and its ``results.json`` last, holding the model file's
 SHA-256: the two belong together exactly when :func:`pair_matches`.
 
 SIGTERM and SIGHUP stop a run as Ctrl-C does (:func:`stop_signals`), and all three are held
 back while a run's files are written (:func:`signals_held`).
+
+:class:`Run` is one run's folder as the CLI fills it: the record (id, status, options), the
+model saved with its results, the optional steps after a save (the curves, MLflow, the
+``latest`` pointer; each failure only a warning), and what is kept when a run stops early.
 """
 
 from __future__ import annotations
@@ -25,15 +28,20 @@ import json
 import os
 import signal
 import sys
-import tempfile
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
-from .download import remove_stale_temporaries, sha256_of, temporary_prefix
+import matplotlib.pyplot as plt
+from torch import nn
+
+from . import utils
+from .checkpoint import CHECKPOINT_NAME, read_checkpoint
+from .files import atomic_write, sha256_of, temporary_prefix, write_json
+from .plots import plot_loss_curves
 
 try:
     import fcntl
@@ -47,20 +55,20 @@ __all__ = [
     "RESULTS",
     "STOP_SIGNALS",
     "OutputLock",
+    "Run",
     "RunLockedError",
     "StopSignal",
-    "atomic_write",
     "check_path_length",
+    "describe_error",
     "exit_code",
     "new_run_dir",
+    "optional_step",
     "pair_matches",
     "resolve_run",
     "save_pair",
     "signals_held",
     "stop_signals",
-    "umask",
     "update_latest",
-    "write_json",
 ]
 
 LATEST = "latest"
@@ -135,48 +143,6 @@ def signals_held() -> Iterator[None]:
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
-
-
-def umask() -> int:
-    """The process's umask (reading it means setting it, so it is set straight back)."""
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
-def atomic_write(path: str | Path, write: Callable[[BinaryIO], None]) -> Path:
-    """Write ``path`` as one step: ``write(f)`` fills a temporary file beside it (open for
-    binary writing), which is flushed to disk and renamed into place, so ``path`` is always
-    either the old file or the whole new one.
-
-    Stale temporaries of ended processes are removed first; on any error the temporary is
-    removed and ``path`` is left as it was (an OSError such as a full disk then names
-    ``path``). The file gets the umask's permissions.
-    """
-    path = Path(path)
-    remove_stale_temporaries(path.parent, path.name)
-    fd, tmp = tempfile.mkstemp(prefix=temporary_prefix(path.name), dir=path.parent)
-    os.close(fd)
-    try:
-        with open(tmp, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~umask())
-        os.replace(tmp, path)
-    except OSError as error:
-        error.filename = error.filename or str(path)
-        raise
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-    return path
-
-
-def write_json(path: str | Path, data: dict[str, Any]) -> Path:
-    """Write ``data`` to ``path`` atomically as strict JSON (NaN is refused, not written)."""
-    text = json.dumps(data, indent=2, allow_nan=False).encode()
-    return atomic_write(path, lambda f: f.write(text))
 
 
 def save_pair(
@@ -351,3 +317,133 @@ class OutputLock:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+# --- One run's folder, as the CLI fills it ------------------------------------------------------
+
+
+def optional_step(what: str, step: Callable[[], Any]) -> None:
+    """Run ``step``; if it fails, print one warning that the run itself is unchanged."""
+    try:
+        step()
+    except Exception as error:  # noqa: BLE001  (whatever failed, the run is saved)
+        print(
+            f"[WARNING] {what} failed ({type(error).__name__}: {error}); the run itself "
+            "is saved and its status is unchanged.",
+            file=sys.stderr,
+        )
+
+
+def describe_error(error: BaseException) -> str:
+    """One line for the error that stopped a run (a full disk said plainly)."""
+    if isinstance(error, OSError) and error.strerror:
+        where = f" while writing {error.filename}" if error.filename else ""
+        return f"{error.strerror}{where}: free some space (or fix the folder)."
+    return str(error)
+
+
+class Run:
+    """One run's folder: its record (id, model, data, options, status), its model and the
+    class names, saved together as ``model.pth`` and ``results.json``."""
+
+    def __init__(self, run_dir: Path, record: dict, model: nn.Module, img_size: int):
+        self.dir, self.record, self.model = run_dir, record, model
+        self.img_size = img_size
+        self.class_names: list[str] | None = None  # known once the data is prepared
+        self.extra = {"img_size": img_size, "dataset": record["data"]}
+        self.title = f"{record['model']} on {record['data']}"
+
+    def write_results(self, record: dict, results: dict) -> None:
+        """Write ``results.json`` alone (no model yet, or none to save)."""
+        write_json(self.dir / RESULTS, record | results)
+
+    def save(self, record: dict, results: dict) -> None:
+        """Save ``model.pth`` and ``results.json`` as a pair (:func:`save_pair`)."""
+        save_pair(
+            self.dir,
+            lambda folder: utils.save_model(
+                self.model,
+                folder,
+                MODEL,
+                class_names=self.class_names,
+                extra=self.extra | record,
+            ),
+            record,
+            results,
+        )
+
+    def finish(
+        self,
+        record: dict,
+        results: dict,
+        log: Callable[[dict, dict], None] | None = None,
+    ) -> None:
+        """The optional steps after a save: the curves, ``log(record, results)`` (e.g. to
+        MLflow), the ``latest`` pointer. Each failure is a warning and changes nothing in
+        the saved run."""
+        if results.get("train_loss"):
+            optional_step("Plotting loss_curves.png", lambda: self._plot(results))
+        if log is not None:
+            optional_step("Logging to MLflow", lambda: log(record, results))
+        optional_step("Updating the 'latest' pointer", lambda: update_latest(self.dir))
+
+    def _plot(self, results: dict) -> None:
+        figure = plot_loss_curves(results, title=self.title)
+        try:
+            figure.savefig(self.dir / "loss_curves.png", dpi=100)
+        finally:
+            plt.close(figure)
+
+    def keep_stopped(self, error: BaseException) -> tuple[dict, str]:
+        """Save the epochs completed before ``error`` stopped the run (from the engine's
+        checkpoint) and mark the run interrupted (a KeyboardInterrupt) or failed; return
+        its record and a sentence saying what was kept."""
+        interrupted = isinstance(error, KeyboardInterrupt)
+        try:
+            checkpoint = read_checkpoint(self.dir)
+        except ValueError:
+            checkpoint = None
+        epochs = checkpoint["epoch"] if checkpoint is not None else 0
+        record = self.record | {
+            "status": "interrupted" if interrupted else "failed",
+            "epochs_completed": epochs,
+        }
+        if not interrupted:
+            record["error"] = describe_error(error)
+        problem, saved = None, False
+        results = checkpoint["results"] if checkpoint is not None else {}
+        with signals_held():
+            try:
+                if epochs and self.class_names is not None:
+                    self.model.load_state_dict(checkpoint["model"])
+                    self.save(record, results)
+                    saved = True
+                    self.finish(record, results)
+                else:
+                    self.write_results(record, results)
+            except OSError as save_error:
+                problem = save_error.strerror or str(save_error)
+                with contextlib.suppress(OSError):  # at least the status, if it fits
+                    self.write_results(record, results)
+        status = record["status"]
+        if not epochs:
+            kept = (
+                f"no epoch was complete; {self.dir / RESULTS} marks the run {status}"
+                if problem is None
+                else f"no epoch was complete, and marking the run {status} failed "
+                f"({problem})"
+            )
+        elif saved:
+            kept = (
+                f"saved epoch {epochs}'s checkpoint and the results so far (marked "
+                f"{status}) to {self.dir}/"
+            )
+        elif problem is None:  # a resumed run that stopped before training again
+            kept = f"its {epochs} earlier epoch(s) in {self.dir}/ are kept (marked {status})"
+        else:
+            kept = (
+                f"epoch {epochs}'s training state is in "
+                f"{self.dir / CHECKPOINT_NAME}, but saving model.pth failed too "
+                f"({problem})"
+            )
+        return record, kept

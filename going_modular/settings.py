@@ -45,7 +45,7 @@ __all__ = [
     "cap",
     "checkpoint_root",
     "claim",
-    "describe",
+    "describe_setting",
     "dry_run_steps",
     "gpu_plan",
     "hardware",
@@ -204,11 +204,11 @@ def _fit(line: str) -> str:
     return line if len(line) <= _WIDTH else line[: _WIDTH - 3] + "..."
 
 
-# When the chapter started (its first describe()) and the machine's load then.
+# When the chapter started (its first describe_setting()) and the machine's load then.
 _START: dict[str, float] = {}
 
 
-def describe() -> str:
+def describe_setting() -> str:
     """The setting, network, hardware (and dry run), in at most 3 lines of <= 80 characters.
 
     The first call also starts the chapter's clock that :func:`run_report` reads.
@@ -300,13 +300,15 @@ def _load() -> tuple[float, float, float]:
 
 
 def run_report() -> str:
-    """The chapter's wall time since its first :func:`describe` and the load around it.
+    """The chapter's wall time since its first :func:`describe_setting`, and the load.
 
     The stored chapters end with this line, so a reader sees how long the setting took on
     what machine and whether anything else was running (load average above the core count).
     """
     if not _START:
-        raise RuntimeError("run_report() needs describe() to have started the clock")
+        raise RuntimeError(
+            "run_report() needs describe_setting() to have started the clock"
+        )
     minutes = (time.monotonic() - _START["time"]) / 60
     one, five, fifteen = _load()
     threads = torch.get_num_threads()

@@ -1,28 +1,104 @@
-"""Offline stand-ins: small, real, learnable datasets made from data that packages ship.
+"""Offline stand-ins: small, real, learnable datasets made from data that packages ship, and
+:func:`real_or_stand_in`, the one rule for when a getter uses one.
 
 Readers with internet use the real datasets; CI and offline readers get these instead, and
-every getter says so in one line. None of them is noise:
+every getter says so in one ``[STAND-IN]`` line. None of them is noise:
 
 * ``texture_photos``: for pizza/steak/sushi. Crops of scikit-image's brick, grass and gravel
   photographs, train and test cut from disjoint rows of each photograph, in ImageFolder layout.
 * ``DigitsMNIST``: for MNIST. scikit-learn's 1,797 real 8x8 handwritten digits, upscaled to 28x28.
 * ``PhotoDigits``: for CIFAR-10's 32x32 RGB, 10 classes. The same handwritten digits, coloured
   and placed on crops of real photographs shipped with scikit-image.
+* :func:`make_docstring_corpus`: for AG News and TREC. The first paragraph of the public
+  docstrings of installed libraries (numpy, PyTorch, matplotlib, scikit-learn; for TREC's six
+  classes also SciPy and scikit-image), classified by the library they come from: real,
+  human-written English, a few to a few dozen words long, like TREC's questions and AG News'
+  headlines. The library names are replaced by the neutral word ``LIB``, texts that occur
+  more than once are dropped, and train and test are split by a hash of each function's
+  qualified name, so the split is deterministic and disjoint.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
+import hashlib
+import importlib
+import inspect
+import pkgutil
+import re
+import warnings
+from collections import Counter
+from collections.abc import Callable, Sequence
+from functools import cache
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 from PIL import Image
 from torch.utils.data import Dataset
 
+from .download import DownloadError
+from .files import atomic_folder
+from .settings import is_offline
+from .text_data import TextClassificationData
+
+__all__ = [
+    "STAND_IN_LIBRARIES",
+    "TEXTURE_CLASSES",
+    "DigitsMNIST",
+    "PhotoDigits",
+    "first_paragraph",
+    "library_docstrings",
+    "make_docstring_corpus",
+    "make_texture_photos",
+    "real_or_stand_in",
+]
+
+T = TypeVar("T")
 TEXTURE_CLASSES = ("brick", "grass", "gravel")
 _BACKGROUND_PHOTOS = ("astronaut", "chelsea", "coffee", "rocket", "hubble_deep_field")
+
+
+def real_or_stand_in(
+    name: str,
+    load_real: Callable[[], T],
+    make_stand_in: Callable[[], T],
+    stand_in: str,
+    *,
+    fallback: bool,
+    try_offline: bool = False,
+) -> T:
+    """``load_real()``; or, when the real data cannot be had and ``fallback`` allows it,
+    ``make_stand_in()``, announced in one ``[STAND-IN]`` line that names ``stand_in``.
+
+    Offline (``BOOK_OFFLINE=1``) the real data is not tried, unless ``try_offline`` (for a
+    ``load_real`` that looks on this machine first). A failed attempt (a
+    :class:`~going_modular.download.DownloadError`, or the RuntimeError or OSError of
+    torchvision's downloads) is explained in one ``[INFO]`` line before the stand-in; with
+    ``fallback=False`` it is raised instead, as a DownloadError that says what to do.
+    """
+    if is_offline() and not try_offline:
+        if not fallback:
+            raise DownloadError(
+                f"BOOK_OFFLINE=1 and fallback=False: {name} cannot be fetched. "
+                "Unset BOOK_OFFLINE or allow the stand-in."
+            )
+    else:
+        try:
+            return load_real()
+        except (RuntimeError, OSError) as error:  # DownloadError is a RuntimeError
+            if not fallback:
+                if isinstance(error, DownloadError):
+                    raise
+                raise DownloadError(
+                    f"Could not download {name}: {error}. Check your connection, or "
+                    "pass fallback=True to use the stand-in."
+                ) from error
+            print(f"[INFO] Could not get {name}: {error}")
+    print(f"[STAND-IN] {name} is not available offline: using {stand_in} instead.")
+    return make_stand_in()
+
+
+# Images ------------------------------------------------------------------------------------
 
 
 def _texture(name: str) -> np.ndarray:
@@ -41,14 +117,13 @@ def make_texture_photos(
     """Write the 3-class texture dataset to ``root`` (ImageFolder layout) and return it.
 
     Train crops come from the top 65% of each 512x512 photograph's rows, test crops from the
-    bottom 30%, so no test pixel was ever seen in training. The folder appears atomically.
+    bottom 30%, so no test pixel was ever seen in training. The folder appears atomically
+    (:func:`~going_modular.files.atomic_folder`).
     """
     if (root / "train").is_dir() and (root / "test").is_dir():
         return root
     rng = np.random.default_rng(seed)
-    root.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{root.name}-", dir=root.parent))
-    try:
+    with atomic_folder(root) as staging:
         for name in TEXTURE_CLASSES:
             photo = _texture(name)
             height = photo.shape[0]
@@ -71,13 +146,6 @@ def make_texture_photos(
                     patch.resize((crop, crop), Image.Resampling.BICUBIC).save(
                         folder / f"{name}_{i:03d}.jpg", quality=92
                     )
-        try:
-            os.replace(staging, root)
-        except OSError:  # another process finished first; keep its complete copy
-            if not (root / "train").is_dir():
-                raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
     return root
 
 
@@ -182,3 +250,197 @@ class PhotoDigits(_ImageListDataset):
             alpha * colour + (1 - alpha) * region
         )
         return Image.fromarray(canvas.clip(0, 255).astype(np.uint8))
+
+
+# Text --------------------------------------------------------------------------------------
+
+STAND_IN_LIBRARIES = (
+    "numpy",
+    "torch",
+    "matplotlib",
+    "scikit-learn",
+    "scipy",
+    "scikit-image",
+)
+_MODULES = {
+    "numpy": ("numpy", "numpy.linalg", "numpy.fft", "numpy.random", "numpy.ma", "numpy.polynomial"),
+    "torch": (
+        "torch", "torch.nn", "torch.nn.functional", "torch.linalg", "torch.fft", "torch.optim",
+        "torch.distributions", "torch.utils.data", "torch.autograd", "torch.special",
+        "torch.nn.init", "torch.nn.utils",
+    ),
+    "matplotlib": (
+        "matplotlib.pyplot", "matplotlib.axes", "matplotlib.figure", "matplotlib.colors",
+        "matplotlib.patches", "matplotlib.lines", "matplotlib.text", "matplotlib.ticker",
+        "matplotlib.cm", "matplotlib.collections", "matplotlib.transforms", "matplotlib.image",
+        "matplotlib.legend", "matplotlib.axis", "matplotlib.artist", "matplotlib.dates",
+    ),
+    "scikit-learn": (
+        "sklearn.linear_model", "sklearn.ensemble", "sklearn.preprocessing", "sklearn.metrics",
+        "sklearn.cluster", "sklearn.decomposition", "sklearn.model_selection", "sklearn.svm",
+        "sklearn.tree", "sklearn.neighbors", "sklearn.feature_extraction.text",
+        "sklearn.pipeline", "sklearn.impute", "sklearn.manifold", "sklearn.naive_bayes",
+        "sklearn.mixture", "sklearn.covariance", "sklearn.feature_selection",
+        "sklearn.gaussian_process", "sklearn.neural_network", "sklearn.datasets",
+        "sklearn.cross_decomposition", "sklearn.calibration", "sklearn.inspection",
+        "sklearn.compose", "sklearn.discriminant_analysis", "sklearn.random_projection",
+        "sklearn.multiclass", "sklearn.kernel_ridge",
+    ),
+    "scipy": (
+        "scipy.stats", "scipy.optimize", "scipy.signal", "scipy.linalg", "scipy.sparse",
+        "scipy.integrate", "scipy.interpolate", "scipy.special", "scipy.spatial",
+        "scipy.ndimage", "scipy.fft", "scipy.cluster.hierarchy", "scipy.io",
+        "scipy.sparse.linalg", "scipy.sparse.csgraph",
+    ),
+    "scikit-image": ("skimage",),  # expanded to its public subpackages
+}  # fmt: skip
+# Names of the libraries (and their usual aliases), replaced by the neutral word "LIB" in the
+# texts: the model must recognise a library from how its documentation talks, not its name.
+_LIBRARY_NAMES = re.compile(
+    r"\b(numpy|np|torch|pytorch|scikit-learn|sklearn|matplotlib|mpl|pyplot|plt|scipy|"
+    r"scikit-image|skimage|scikit)\b",
+    re.IGNORECASE,
+)
+_SIGNATURE = re.compile(r"^[\w.]+\(.*\)")
+_ROLE = re.compile(r":[\w:]+:`~?([^`<]*?)(?:\s*<[^>]*>)?`")
+
+
+def _modules(library: str) -> list[str]:
+    names = list(_MODULES[library])
+    if library == "scikit-image":
+        import skimage
+
+        names = sorted(
+            f"skimage.{m.name}"
+            for m in pkgutil.iter_modules(skimage.__path__)
+            if not m.name.startswith("_") and m.name not in {"conftest", "future"}
+        )
+    return names
+
+
+def first_paragraph(doc: str) -> str | None:
+    """The first paragraph of a docstring that reads as prose, or None.
+
+    Skipped: call signatures (``add(x1, x2, /, ...)``), reStructuredText directives
+    (``.. note::``), numpydoc sections (``Parameters\n----------``), lists, code examples,
+    paragraphs introducing a literal block (``::``), LaTeX, and anything under five words. Sphinx roles (``:class:`~a.B```) are reduced to
+    their text.
+    """
+    for paragraph in re.split(r"\n\s*\n", inspect.cleandoc(doc)):
+        text = " ".join(paragraph.split())
+        if (
+            len(text.split()) < 5
+            or _SIGNATURE.match(text)
+            or text.startswith(("..", "- ", "* ", ">>>", "|", "+", "="))
+            or text.endswith("::")
+            or "\\" in text
+            or "---" in text
+            or sum(c.isalpha() for c in text) < 0.6 * len(text)
+        ):
+            continue
+        return _ROLE.sub(r"\1", text)
+    return None
+
+
+def _public_callables(module_name: str):
+    module = importlib.import_module(module_name)
+    names = getattr(module, "__all__", None) or [
+        n for n in dir(module) if not n.startswith("_")
+    ]
+    for name in sorted(set(names)):
+        try:
+            obj = getattr(module, name)
+        except Exception:  # a lazy attribute that fails to load: skip it
+            continue
+        if inspect.ismodule(obj) or not callable(obj):
+            continue
+        yield f"{module_name}.{name}", obj
+        if inspect.isclass(obj):
+            for attr, member in sorted(vars(obj).items()):
+                if not attr.startswith("_") and callable(member):
+                    yield f"{module_name}.{name}.{attr}", member
+
+
+@cache
+def library_docstrings(library: str) -> tuple[tuple[str, str], ...]:
+    """``(qualified name, first paragraph)`` of every public function, class and method of an
+    installed library (one of :data:`STAND_IN_LIBRARIES`) that has a prose docstring. A text
+    shared by several names (aliases, wrappers) is kept once, under its first name in
+    alphabetical order."""
+    if library not in _MODULES:
+        raise ValueError(
+            f"Unknown library {library!r}; choose from {STAND_IN_LIBRARIES}."
+        )
+    first_name: dict[str, str] = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for module_name in _modules(library):
+            for qualified, obj in _public_callables(module_name):
+                doc = getattr(obj, "__doc__", None)
+                if not isinstance(doc, str):
+                    continue
+                text = first_paragraph(doc)
+                if text is not None and qualified < first_name.get(text, "\uffff"):
+                    first_name[text] = qualified
+    return tuple(sorted((name, text) for text, name in first_name.items()))
+
+
+def _hash(salt: str, name: str) -> int:
+    return int.from_bytes(hashlib.sha256(f"{salt}:{name}".encode()).digest()[:8], "big")
+
+
+def make_docstring_corpus(
+    libraries: Sequence[str] = STAND_IN_LIBRARIES[:4],
+    per_class: int = 750,
+    test_fraction: float = 0.2,
+) -> TextClassificationData:
+    """The text stand-in: docstring first paragraphs, labelled by the library they document.
+
+    The library names are replaced by ``LIB`` in the texts, then every text that occurs more
+    than once (in one library or several) is dropped, so no text is in both splits. Each class
+    keeps (at most) ``per_class`` texts chosen by a hash of the qualified name, and a second,
+    independent hash of the name puts ``test_fraction`` of them in the test split: the corpus
+    is deterministic for given installed versions, and no function is in both splits.
+    """
+    libraries = list(libraries)
+    cleaned = {
+        lib: [
+            (name, " ".join(_LIBRARY_NAMES.sub("LIB", text).split()))
+            for name, text in items
+        ]
+        for lib, items in ((lib, library_docstrings(lib)) for lib in libraries)
+    }
+    # How often each cleaned text occurs over all libraries: keep only the unique ones.
+    occurrences = Counter(text for items in cleaned.values() for _, text in items)
+    splits: dict[str, tuple[list[str], list[int], list[str]]] = {
+        "train": ([], [], []),
+        "test": ([], [], []),
+    }
+    cutoff = int(test_fraction * 2**64)
+    for label, library in enumerate(libraries):
+        items = [
+            (name, text) for name, text in cleaned[library] if occurrences[text] == 1
+        ]
+        items.sort(key=lambda item: _hash("select", item[0]))
+        for name, text in sorted(items[:per_class]):
+            texts, labels, names = splits[
+                "test" if _hash("split", name) < cutoff else "train"
+            ]
+            texts.append(text)
+            labels.append(label)
+            names.append(name)
+    (train_texts, train_labels, train_names), (test_texts, test_labels, test_names) = (
+        splits["train"],
+        splits["test"],
+    )
+    return TextClassificationData(
+        f"docstrings ({len(libraries)} libraries)",
+        libraries,
+        train_texts,
+        train_labels,
+        test_texts,
+        test_labels,
+        stand_in=True,
+        source="docstrings of the installed " + ", ".join(libraries),
+        extra={"train_names": train_names, "test_names": test_names},
+    )

@@ -4,7 +4,7 @@ Every run logs its parameters once and its metrics once per epoch with ``step=ep
 the chapters then read the runs back to draw their plots::
 
     with start_run("ch12-experiment-1", "vit lr=5e-4", params) as run:
-        fit_logged(model, train_loader, test_loader, optimizer, epochs=3)
+        fit_logged(model, train_loader, test_loader, Recipe(lr=5e-4, epochs=3))
     runs = read_runs("ch12-experiment-1")                 # one row per run
     curves = metric_histories(runs, ["test_acc"])         # one row per (run, epoch)
 
@@ -19,8 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -30,10 +29,29 @@ import torch
 from torch import nn
 
 from . import engine
+from .divergence import TrainingDiverged
 from .paths import project_root
+from .recipe import Recipe
 
 if TYPE_CHECKING:
     from mlflow.entities import Run
+
+__all__ = [
+    "INSTALL_HINT",
+    "URI_VARIABLE",
+    "default_store",
+    "fit_logged",
+    "log_epoch",
+    "log_epoch_end",
+    "log_results",
+    "metric_histories",
+    "read_runs",
+    "require_mlflow",
+    "start_run",
+    "tracking_uri",
+    "ui_command",
+    "use_experiment",
+]
 
 URI_VARIABLE = "BOOK_MLFLOW_URI"
 INSTALL_HINT = (
@@ -146,7 +164,7 @@ def log_epoch(metrics: Mapping[str, float], epoch: int) -> None:
 
 
 def log_results(results: Mapping[str, Iterable[float]], first_epoch: int = 1) -> None:
-    """Log per-epoch lists (as :func:`engine.train` returns) with ``step`` = epoch number."""
+    """Log per-epoch lists (as :func:`engine.fit` returns) with ``step`` = epoch number."""
     columns = {k: list(v) for k, v in results.items()}
     epochs = len(next(iter(columns.values()), []))
     if any(len(v) != epochs for v in columns.values()):
@@ -155,63 +173,50 @@ def log_results(results: Mapping[str, Iterable[float]], first_epoch: int = 1) ->
         log_epoch({k: v[i] for k, v in columns.items()}, first_epoch + i)
 
 
+def log_epoch_end(epoch: int, results: Mapping[str, Sequence[float]]) -> None:
+    """A :func:`~going_modular.engine.fit` callback: log the epoch's values (the last of
+    each list in ``results``) to the active run, with ``step=epoch``."""
+    log_epoch({k: v[-1] for k, v in results.items()}, epoch)
+
+
 def fit_logged(
     model: nn.Module,
-    train_loader: Iterable,
-    test_loader: Iterable,
-    optimizer: torch.optim.Optimizer,
-    epochs: int,
-    device: torch.device | str = "cpu",
-    loss_fn: nn.Module | None = None,
+    train_data: Iterable,
+    test_data: Iterable,
+    recipe: Recipe,
+    *,
+    device: torch.device | str | None = None,
+    callbacks: Sequence[engine.Callback] = (),
     progress: bool = True,
 ) -> dict[str, list[float]]:
-    """Train and test for ``epochs`` epochs, logging each epoch to the active MLflow run.
+    """:func:`~going_modular.engine.fit` in the active MLflow run, logging every epoch.
 
-    Per epoch: ``train_loss``, ``train_acc``, ``test_loss``, ``test_acc`` and the seconds
-    spent training (``train_seconds``) and testing (``test_seconds``) separately, so that
-    speed can be compared phase by phase. Returns the same values as per-epoch lists.
-
-    A run whose loss becomes NaN or infinite (the engine raises a ``FloatingPointError``)
-    stops there: the run gets the tag ``diverged`` (the epoch) and the history ends with
-    the last complete epoch.
+    :func:`log_epoch_end` is added to ``callbacks``, so each epoch's losses, accuracies,
+    steps and seconds (training and testing apart) are logged with ``step=epoch``. A run
+    whose loss diverges (:class:`~going_modular.divergence.TrainingDiverged`) stops there: the
+    run gets the tag ``diverged`` (the epoch) and the history of the epochs before it is
+    returned.
     """
     mlflow = require_mlflow()
-    if epochs <= 0:
-        raise ValueError(f"epochs must be a positive integer, got {epochs}.")
     if mlflow.active_run() is None:
         raise RuntimeError(
             "fit_logged() logs to the active run: call it in start_run()."
         )
-    loss_fn = loss_fn or nn.CrossEntropyLoss()
-    model.to(device)
-    history: dict[str, list[float]] = {}
-    for epoch in range(1, epochs + 1):
-        start = time.perf_counter()
-        try:
-            train_loss, train_acc = engine.train_step(
-                model, train_loader, loss_fn, optimizer, device, progress=progress
-            )
-            middle = time.perf_counter()
-            test_loss, test_acc = engine.test_step(
-                model, test_loader, loss_fn, device, progress=progress
-            )
-        except FloatingPointError as error:
-            mlflow.set_tag("diverged", str(epoch))
-            if progress:
-                print(f"Stopped in epoch {epoch}: {error}")
-            break
-        metrics = {
-            "train_loss": train_loss,
-            "train_acc": train_acc,
-            "test_loss": test_loss,
-            "test_acc": test_acc,
-            "train_seconds": middle - start,
-            "test_seconds": time.perf_counter() - middle,
-        }
-        log_epoch(metrics, epoch)
-        for key, value in metrics.items():
-            history.setdefault(key, []).append(value)
-    return history
+    try:
+        return engine.fit(
+            model,
+            train_data,
+            test_data,
+            recipe,
+            device=device,
+            callbacks=[*callbacks, log_epoch_end],
+            progress=progress,
+        )
+    except TrainingDiverged as error:
+        mlflow.set_tag("diverged", str(error.epoch))
+        if progress:
+            print(f"Stopped in epoch {error.epoch}: {error}")
+        return error.results
 
 
 def read_runs(

@@ -1,4 +1,9 @@
-"""Small utilities: seeds, the device, and checkpoints that know how to rebuild their model."""
+"""Small utilities: seeds, the device, and checkpoints that know how to rebuild their model.
+
+:func:`save_model` writes a model's weights with how to rebuild it (its ``build_config``),
+its class names and any extra facts; :func:`load_model` reads one back (safely:
+``weights_only=True``), into a given model or rebuilding the recorded one.
+"""
 
 from __future__ import annotations
 
@@ -14,9 +19,18 @@ import numpy as np
 import torch
 from torch import nn
 
-from . import runs
+from .files import atomic_write
 from .models import build_model
 from .models.registry import _REGISTRY
+
+__all__ = [
+    "CHECKPOINT_FORMAT",
+    "get_device",
+    "load_model",
+    "prefer_channels_last",
+    "save_model",
+    "set_seeds",
+]
 
 CHECKPOINT_FORMAT = 1
 
@@ -73,7 +87,7 @@ def save_model(
 
     The file is written atomically (a temporary file renamed into place), so an interrupted
     save never leaves a half-written checkpoint; a temporary left by a killed process is
-    removed by the next save (:func:`going_modular.runs.atomic_write`). The file gets the
+    removed by the next save (:func:`going_modular.files.atomic_write`). The file gets the
     umask's permissions, like any new file.
     Weights that are NaN or infinite are refused. ``model_name`` must end in ``.pt`` or
     ``.pth``.
@@ -103,18 +117,9 @@ def save_model(
         "class_names": list(class_names) if class_names is not None else None,
         "extra": extra or {},
     }
-    path = runs.atomic_write(
-        target_dir / model_name, lambda f: torch.save(checkpoint, f)
-    )
+    path = atomic_write(target_dir / model_name, lambda f: torch.save(checkpoint, f))
     print(f"[INFO] Saved model to: {path.name}")
     return path
-
-
-HOW_TO_LOAD_STATE_DICT = (
-    "Build the model with the arguments it was trained with and load the weights into "
-    "it: load_model(path, model), or model.load_state_dict(torch.load(path, "
-    "weights_only=True))."
-)
 
 
 def _unreadable(path: Path, error: Exception) -> ValueError:
@@ -228,8 +233,10 @@ def _require_checkpoint(obj: Any, path: str | Path) -> dict[str, Any]:
         raise ValueError(
             f"{path} holds a plain state_dict ({len(obj)} tensors, e.g. "
             f"{next(iter(obj))!r}), not a checkpoint written by "
-            f"going_modular.utils.save_model, so it does not say which model it fits. "
-            + HOW_TO_LOAD_STATE_DICT
+            "going_modular.utils.save_model, so it does not say which model it fits. "
+            "Build the model with the arguments it was trained with and load the weights "
+            "into it: load_model(path, model), or model.load_state_dict(torch.load(path, "
+            "weights_only=True))."
         )
     kind = (
         f"a dict with keys {sorted(map(str, obj))[:5]}"
@@ -240,17 +247,6 @@ def _require_checkpoint(obj: Any, path: str | Path) -> dict[str, Any]:
         f"{path} is not a checkpoint written by going_modular.utils.save_model: it holds "
         f"{kind}."
     )
-
-
-def load_checkpoint(
-    path: str | Path, map_location: str | torch.device = "cpu"
-) -> dict[str, Any]:
-    """Read a checkpoint written by :func:`save_model` (safely: ``weights_only=True``).
-
-    An empty, truncated, foreign or plain-``state_dict`` file raises a ValueError that says
-    which it is and what to do.
-    """
-    return _require_checkpoint(_read(path, map_location), path)
 
 
 def _broken_config(path: str | Path, config: Any, why: str) -> ValueError:

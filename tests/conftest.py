@@ -15,8 +15,91 @@ def offline_and_isolated(monkeypatch, tmp_path):
 
 
 @pytest.fixture(scope="session")
+def dead_pid() -> int:
+    """The process id of a process that has ended (for temporaries left by a killed run)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return int(done.stdout)
+
+
+@pytest.fixture(scope="session")
+def docstring_corpus():
+    """The 4-class docstring stand-in for AG News, built once per session."""
+    from going_modular.standins import make_docstring_corpus
+
+    return make_docstring_corpus()
+
+
+@pytest.fixture(scope="session")
+def photo():
+    """A real 32x32 RGB photograph (scikit-image's astronaut), as a PIL image."""
+    from PIL import Image
+    from skimage import data
+
+    return Image.fromarray(data.astronaut()).resize((32, 32), Image.BILINEAR)
+
+
+@pytest.fixture(scope="session")
 def texture_photos(tmp_path_factory):
     """The 3-class texture stand-in, made once per session."""
     from going_modular.standins import make_texture_photos
 
     return make_texture_photos(tmp_path_factory.mktemp("shared") / "texture_photos")
+
+
+@pytest.fixture
+def tiny_image_folder(tmp_path):
+    """An ImageFolder ``tmp_path/own`` of 2 classes (a, b) of random 8x8 PNGs, 4 training
+    and 2 test images each: the smallest ``--data-dir`` the CLI trains on."""
+    from PIL import Image
+
+    root = tmp_path / "own"
+    generator = torch.Generator().manual_seed(0)
+    for split, count in (("train", 4), ("test", 2)):
+        for name in ("a", "b"):
+            (root / split / name).mkdir(parents=True)
+            for k in range(count):
+                pixels = torch.randint(0, 256, (8, 8, 3), generator=generator)
+                Image.fromarray(pixels.to(torch.uint8).numpy()).save(
+                    root / split / name / f"{k}.png"
+                )
+    return root
+
+
+@pytest.fixture
+def signal_at_training_step(monkeypatch):
+    """``signal_at_training_step(signum, step)``: the CLI's model (``train.build_model``)
+    sends ``signum`` to this process at its ``step``-th training forward pass, as a user's
+    Ctrl-C or a scheduler's SIGTERM would, at most once. Ctrl-C raises KeyboardInterrupt
+    meanwhile, even where the shell started the tests with SIGINT ignored."""
+    import os
+    import signal
+
+    from going_modular import train
+
+    def arm(signum: int, step: int) -> None:
+        build, calls = train.build_model, []
+
+        def count(module, inputs):
+            if module.training:
+                calls.append(1)
+                if len(calls) == step:
+                    os.kill(os.getpid(), signum)
+
+        def build_model(*args, **kwargs):
+            model = build(*args, **kwargs)
+            model.register_forward_pre_hook(count)
+            return model
+
+        monkeypatch.setattr(train, "build_model", build_model)
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield arm
+    signal.signal(signal.SIGINT, previous)

@@ -96,7 +96,7 @@ def test_attention_to_oneself_has_distance_zero_and_the_class_token_is_ignored()
 
 def test_position_similarity_of_a_vit_has_ones_on_the_diagonal():
     model = build_model("vit_tiny", num_classes=3, img_size=16, patch_size=4)
-    sim = position_embedding_similarity(model.position_embedding)
+    sim = position_embedding_similarity(model.pos_embed)
     assert sim.shape == (4, 4, 4, 4)
     for i in range(4):
         for j in range(4):

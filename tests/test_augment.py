@@ -1,12 +1,11 @@
-"""The CCT recipes: timm's transforms and Mixup, the reference's order and schedules, the
-optimiser's parameter groups, the engine's time budget and the CLI's ``--recipe``."""
+"""The CCT recipes' data pieces: the per-image transforms (each recipe's against timm's and
+the reference's order), MixUp/CutMix against timm's Mixup, the batch flip (the recipes'
+hyper-parameters and schedules: tests/test_cct_recipes.py; the CLI's ``--recipe``:
+tests/test_cli.py)."""
 
 from __future__ import annotations
 
-import json
-import math
 import random
-import time
 
 import numpy as np
 import pytest
@@ -20,22 +19,19 @@ from timm.data import (
 )
 from timm.data.random_erasing import RandomErasing
 from torch import nn
-from torch.utils.data import DataLoader, TensorDataset
 from torchvision.transforms import v2
 
-from going_modular import augment, engine, standins, train
+from going_modular import augment
 from going_modular.augment import (
-    CCT_CIFAR_200,
-    CCT_CIFAR_300,
     CIFAR10_MEAN,
     CIFAR10_STD,
     RAND_AUGMENT,
+    MixUpCutMix,
     TransformedDataset,
     cifar_test_transform,
     cifar_train_transform,
-    mixup_cutmix,
 )
-from going_modular.models import build_model
+from going_modular.cct_recipes import CCT_CIFAR_200, CCT_CIFAR_300
 
 
 def _pil(size: int = 32, seed: int = 0, channels: int = 3) -> Image.Image:
@@ -154,8 +150,6 @@ def test_random_erasing_is_optional_and_bad_names_are_explained():
         cifar_train_transform(policy="trivial")
     with pytest.raises(ValueError, match="Unknown crop"):
         cifar_train_transform(crop="centre")
-    with pytest.raises(ValueError, match="Unknown warmup"):
-        CCT_CIFAR_200.replace(warmup="cubic")
 
 
 def test_transformed_dataset_shares_one_base():
@@ -166,9 +160,9 @@ def test_transformed_dataset_shares_one_base():
     assert TransformedDataset(base)[0][0] is base[0][0]
 
 
-def test_mixup_cutmix_is_timms_mixup_with_the_same_draws():
+def test_mixupcutmix_is_timms_mixup_with_the_same_draws():
     X, y = torch.randn(16, 3, 32, 32), torch.randint(0, 10, (16,))
-    ours = mixup_cutmix(10, label_smoothing=0.1)
+    ours = MixUpCutMix(10, label_smoothing=0.1)
     timms = Mixup(
         mixup_alpha=0.8, cutmix_alpha=1.0, label_smoothing=0.1, num_classes=10
     )
@@ -180,7 +174,7 @@ def test_mixup_cutmix_is_timms_mixup_with_the_same_draws():
 
 @pytest.mark.parametrize(("mixup", "cutmix"), [(0.8, 1.0), (0.8, 0.0), (0.0, 1.0)])
 def test_mixed_batches_have_soft_targets_summing_to_one(mixup, cutmix):
-    mix = mixup_cutmix(10, mixup_alpha=mixup, cutmix_alpha=cutmix)
+    mix = MixUpCutMix(10, mixup_alpha=mixup, cutmix_alpha=cutmix)
     X, y = torch.randn(16, 3, 32, 32), torch.randint(0, 10, (16,))
     Xm, ym = mix(X, y)
     assert Xm.shape == X.shape and ym.shape == (16, 10) and ym.dtype == torch.float32
@@ -195,334 +189,19 @@ def test_mixed_batches_have_soft_targets_summing_to_one(mixup, cutmix):
 def test_smoothing_is_in_the_targets_and_mixing_can_stop():
     X, y = torch.randn(8, 3, 32, 32), torch.randint(0, 10, (8,))
     smoothed = nn.functional.one_hot(y, 10).float() * 0.9 + 0.01
-    never = mixup_cutmix(10, prob=0.0, label_smoothing=0.1)
+    never = MixUpCutMix(10, prob=0.0, label_smoothing=0.1)
     Xm, ym = never(X, y)
     assert torch.equal(Xm, X)
     torch.testing.assert_close(ym, smoothed)
-    stopping = mixup_cutmix(10, stop_after_steps=2)
+    stopping = MixUpCutMix(10, stop_after_steps=2)
     assert not torch.equal(stopping(X, y)[0], X)
     stopping(X, y)
     Xm, ym = stopping(X, y)  # third call: mixing is off for good
     assert torch.equal(Xm, X) and torch.equal(ym, nn.functional.one_hot(y, 10).float())
     with pytest.raises(ValueError, match="mixup_alpha > 0 or cutmix_alpha > 0"):
-        mixup_cutmix(10, mixup_alpha=0, cutmix_alpha=0)
+        MixUpCutMix(10, mixup_alpha=0, cutmix_alpha=0)
     with pytest.raises(ValueError, match="even batch size"):
         stopping(X[:7], y[:7])
-
-
-def test_losses_smooth_once():
-    parts = CCT_CIFAR_300.build(nn.Linear(4, 2), 3, num_classes=2)
-    assert parts.loss_fn.label_smoothing == 0.0  # smoothing is in the mixed targets
-    assert parts.batch_transform.mix.label_smoothing == 0.1
-    parts = CCT_CIFAR_200.build(nn.Linear(4, 2), 3)
-    assert parts.loss_fn.label_smoothing == 0.1 and parts.batch_transform is None
-
-
-def _tiny_loader(n: int = 32, batch_size: int = 16) -> DataLoader:
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(n, 3, 32, 32, generator=g)
-    y = torch.randint(0, 10, (n,), generator=g)
-    return DataLoader(TensorDataset(x, y), batch_size=batch_size)
-
-
-def test_engine_trains_a_cct_on_mixed_batches_with_the_recipe():
-    torch.manual_seed(0)
-    model = build_model("cct_2_3x2", num_classes=10, img_size=32)
-    loader = _tiny_loader()
-    parts = CCT_CIFAR_300.build(
-        model, steps_per_epoch=len(loader), epochs=2, num_classes=10
-    )
-    before = [p.detach().clone() for p in model.parameters()]
-    results = engine.train(
-        model,
-        loader,
-        loader,
-        parts.optimizer,
-        parts.loss_fn,
-        2,
-        "cpu",
-        scheduler=parts.scheduler,
-        batch_transform=parts.batch_transform,
-        test_loss_fn=parts.test_loss_fn,
-        progress=False,
-    )
-    losses = results["train_loss"] + results["test_loss"]
-    assert all(math.isfinite(v) and 0 < v < 10 for v in losses)
-    assert any(not torch.equal(b, p) for b, p in zip(before, model.parameters()))
-    assert parts.scheduler.last_epoch == 4 and parts.batch_transform.steps == 4
-
-
-def test_recipe_exempts_biases_and_norms_from_weight_decay():
-    model = build_model("cct_2_3x2")
-    decay, no_decay = CCT_CIFAR_300.build(
-        model, 10, num_classes=10
-    ).optimizer.param_groups
-    assert decay["weight_decay"] == 6e-2 and no_decay["weight_decay"] == 0.0
-    assert all(p.ndim > 1 for p in decay["params"]) and all(
-        p.ndim <= 1 for p in no_decay["params"]
-    )
-    assert len(decay["params"]) + len(no_decay["params"]) == len(
-        list(model.parameters())
-    )
-    assert decay["lr"] == no_decay["lr"] == pytest.approx(1e-5)  # warmup_lr
-    # The 200-epoch reference script decays everything, in one group.
-    (group,) = CCT_CIFAR_200.build(model, 10).optimizer.param_groups
-    assert group["weight_decay"] == 3e-2 and len(group["params"]) == len(
-        decay["params"]
-    ) + len(no_decay["params"])
-
-
-def _lrs(parts: augment.TrainingParts) -> list[float]:
-    lrs = []
-    for _ in range(parts.total_steps):
-        lrs.append(parts.optimizer.param_groups[0]["lr"])
-        parts.optimizer.step()
-        parts.scheduler.step()
-    return lrs
-
-
-def test_200_recipe_warmup_is_the_reference_harmonic_staircase():
-    """examples/main.py: lr / (5 - e) in epochs 0-4, then a per-epoch cosine to 0."""
-    parts = CCT_CIFAR_200.build(nn.Linear(4, 2), steps_per_epoch=2)
-    lrs = _lrs(parts)[::2]  # one value per epoch (constant within an epoch)
-    assert lrs[:6] == pytest.approx([1e-4, 1.25e-4, 5e-4 / 3, 2.5e-4, 5e-4, 5e-4])
-    expected = 5e-4 * 0.5 * (1 + math.cos(math.pi * 95 / 195))
-    assert lrs[100] == pytest.approx(expected) and 0 < lrs[-1] < 1e-6
-    assert _lrs(CCT_CIFAR_200.build(nn.Linear(4, 2), 2))[2 * 7 + 1] == lrs[7]
-
-
-def test_300_recipe_schedule_is_timms_cosine_with_warmup_and_cooldown():
-    parts = CCT_CIFAR_300.build(nn.Linear(4, 2), steps_per_epoch=3, num_classes=2)
-    assert (parts.warmup_steps, parts.total_steps) == (30, 930)
-    lrs = _lrs(parts)
-    per_epoch = lrs[::3]
-    assert per_epoch[0] == pytest.approx(1e-5)
-    assert per_epoch[5] == pytest.approx(1e-5 + 5 * (5.5e-4 - 1e-5) / 10)
-    cosine_10 = 1e-5 + 0.5 * (5.5e-4 - 1e-5) * (1 + math.cos(math.pi * 10 / 300))
-    assert per_epoch[10] == pytest.approx(cosine_10) and max(lrs) < 5.5e-4
-    assert lrs[-30:] == pytest.approx([1e-5] * 30)  # 10 cooldown epochs at min_lr
-    assert all(a == b == c for a, b, c in zip(lrs[::3], lrs[1::3], lrs[2::3]))
-    assert parts.batch_transform.stop_after_steps == 175 * 3
-
-
-def test_short_runs_compress_the_recipes_schedule():
-    model = nn.Linear(4, 2)
-    parts = CCT_CIFAR_200.build(model, steps_per_epoch=10, epochs=20)
-    assert (parts.warmup_steps, parts.total_steps) == (5, 200)  # 5/200 of the run
-    lrs = _lrs(parts)
-    assert lrs[:5] == pytest.approx([5e-4 / (5 - e) for e in range(5)])
-    assert lrs[5] == pytest.approx(5e-4) and lrs[-1] < 1e-6
-    with pytest.raises(ValueError, match="pass num_classes"):
-        CCT_CIFAR_300.build(model, 10)
-    assert CCT_CIFAR_300.replace(label_smoothing=0.0).label_smoothing == 0.0
-
-
-def _warmup_grid(recipe: augment.CCTRecipe) -> list[float]:
-    """Warmup lengths, integral and fractional, up to the epochs before the cooldown."""
-    span = recipe.epochs - recipe.cooldown_epochs
-    return [0, 0.01, 0.5, 1, 4, 4.01, 4.1, 4.5, span - 1, span - 0.5, span]
-
-
-@pytest.mark.parametrize("recipe", [CCT_CIFAR_200, CCT_CIFAR_300], ids=["200", "300"])
-def test_no_warmup_length_lifts_the_rate_above_the_peak(recipe):
-    """FAIL 6: --recipe cct200 --warmup-epochs 0.01 (or 4.01) gave 100x the peak rate."""
-    for warmup in _warmup_grid(recipe):
-        changed = recipe.replace(warmup_epochs=warmup)
-        factors = [changed.lr_factor(e) for e in range(recipe.epochs)]
-        assert max(factors) <= 1.0, warmup
-        # During the warmup the rate rises and falls below the peak again only after it.
-        ramp = factors[: math.ceil(warmup)]
-        assert ramp == sorted(ramp), warmup
-        # The whole schedule as the engine steps it, on a short run (20 epochs).
-        parts = changed.build(nn.Linear(4, 2), 3, epochs=20, num_classes=2)
-        assert max(_lrs(parts)) <= changed.lr * (1 + 1e-12), warmup
-
-
-@pytest.mark.parametrize("recipe", [CCT_CIFAR_200, CCT_CIFAR_300], ids=["200", "300"])
-def test_a_longer_warmup_never_raises_a_warmup_epoch(recipe):
-    grid = _warmup_grid(recipe)
-    for short, long in zip(grid, grid[1:]):
-        a, b = recipe.replace(warmup_epochs=short), recipe.replace(warmup_epochs=long)
-        for epoch in range(math.ceil(short)):  # in both warmups
-            assert b.lr_factor(epoch) <= a.lr_factor(epoch), (short, long, epoch)
-
-
-def test_the_harmonic_warmup_is_continuous_in_its_length():
-    """No jump when the warmup crosses a whole number of epochs, or leaves 0."""
-    for warmup in (0, 1, 4, 5, 199):
-        below = CCT_CIFAR_200.replace(warmup_epochs=max(0, warmup - 1e-9))
-        above = CCT_CIFAR_200.replace(warmup_epochs=warmup + 1e-9)
-        for epoch in range(200):
-            assert above.lr_factor(epoch) == pytest.approx(
-                below.lr_factor(epoch), abs=1e-6
-            ), (warmup, epoch)
-
-
-def test_fractional_harmonic_warmup_caps_its_last_partial_epoch():
-    recipe = CCT_CIFAR_200.replace(warmup_epochs=4.5)
-    assert [recipe.lr_factor(e) for e in range(5)] == pytest.approx(
-        [1 / 4.5, 1 / 3.5, 1 / 2.5, 1 / 1.5, 1.0]
-    )
-    assert recipe.replace(warmup_epochs=4.01).lr_factor(4) == 1.0  # was 100
-    assert recipe.replace(warmup_epochs=0.01).lr_factor(0) == 1.0  # was 100
-    assert CCT_CIFAR_200.lr_factor(4) == 1.0  # the reference's integral staircase
-
-
-@pytest.mark.parametrize(
-    ("changes", "message"),
-    [
-        ({"warmup_epochs": -1}, r"warmup_epochs must be a finite number in \[0, 200\]"),
-        ({"warmup_epochs": 201}, "warmup_epochs"),
-        ({"warmup_epochs": math.nan}, "warmup_epochs"),
-        ({"warmup_epochs": math.inf}, "warmup_epochs"),
-        ({"cooldown_epochs": -0.5}, "cooldown_epochs"),
-        ({"warmup_epochs": 150, "cooldown_epochs": 60}, r"\+ cooldown_epochs"),
-        ({"lr": 0.0}, r"lr must be a finite number in \(0, inf\]"),
-        ({"lr": -1e-3}, "lr must"),
-        ({"min_lr": 1.0}, "min_lr"),
-        ({"warmup_lr": -1e-5}, "warmup_lr"),
-        ({"weight_decay": -0.1}, "weight_decay"),
-        ({"epochs": 0}, "epochs must be a positive integer"),
-        ({"epochs": 2.5}, "epochs must be a positive integer"),
-        ({"batch_size": 0}, "batch_size"),
-        ({"label_smoothing": 1.0}, "label_smoothing"),
-        ({"random_erasing": 1.5}, "random_erasing"),
-        ({"mix_prob": -0.1}, "mix_prob"),
-        ({"mix_switch_prob": 2}, "mix_switch_prob"),
-        ({"mixup_alpha": -1}, "mixup_alpha"),
-        ({"mix_off_epoch": -5}, "mix_off_epoch"),
-    ],
-)
-def test_recipes_refuse_nonsense_naming_the_field(changes, message):
-    with pytest.raises(ValueError, match=message):
-        CCT_CIFAR_200.replace(**changes)
-
-
-class _Slow(nn.Module):
-    """A linear classifier that takes ``delay`` seconds per training forward pass."""
-
-    def __init__(self, delay: float):
-        super().__init__()
-        self.delay, self.fc, self.calls = delay, nn.Linear(3 * 32 * 32, 10), 0
-
-    def forward(self, x):
-        if self.training:
-            self.calls += 1
-            time.sleep(self.delay)
-        return self.fc(x.flatten(1))
-
-
-def test_time_budget_stops_mid_epoch_and_tests_that_epoch():
-    model = _Slow(0.05)
-    loader = _tiny_loader(n=320)  # 20 batches: 1 s per epoch
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    results = engine.train(
-        model,
-        loader,
-        loader,
-        optimizer,
-        nn.CrossEntropyLoss(),
-        3,
-        "cpu",
-        time_budget=0.2,
-        progress=False,
-    )
-    assert all(len(v) == 1 for v in results.values())
-    assert 1 <= model.calls < 20  # stopped inside the first epoch (20 batches)
-    with pytest.raises(ValueError, match="time_budget must be a positive"):
-        engine.train(
-            model,
-            loader,
-            loader,
-            optimizer,
-            nn.CrossEntropyLoss(),
-            1,
-            "cpu",
-            time_budget=0,
-        )
-
-
-def test_time_budget_large_enough_changes_nothing():
-    model = _Slow(0.0)
-    loader = _tiny_loader()
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    results = engine.train(
-        model,
-        loader,
-        loader,
-        optimizer,
-        nn.CrossEntropyLoss(),
-        2,
-        "cpu",
-        time_budget=60,
-        progress=False,
-    )
-    assert all(len(v) == 2 for v in results.values()) and model.calls == 4
-
-
-def test_cli_recipe_fills_defaults_and_keeps_explicit_options():
-    args = train.build_parser().parse_args(
-        ["--recipe", "cct", "--lr", "1e-3", "--epochs", "3"]
-    )
-    recipe = train._resolve_recipe(args)
-    assert (args.batch_size, args.weight_decay, args.label_smoothing) == (
-        128,
-        6e-2,
-        0.1,
-    )
-    assert args.lr == recipe.lr == 1e-3 and args.epochs == 3 and recipe.epochs == 310
-    plain = train.build_parser().parse_args([])
-    assert train._resolve_recipe(plain) is None
-    assert (plain.epochs, plain.batch_size, plain.lr, plain.weight_decay) == (
-        5,
-        32,
-        1e-3,
-        0.0,
-    )
-
-
-class _SmallPhotoDigits(standins.PhotoDigits):
-    """One copy of each digit: the same stand-in, built four times faster."""
-
-    def __init__(self, train: bool = True, transform=None):
-        super().__init__(train=train, transform=transform, copies=1)
-
-
-def test_cli_trains_a_cct_with_the_recipe_and_a_time_budget(
-    tmp_path, monkeypatch, capsys
-):
-    monkeypatch.setattr(standins, "PhotoDigits", _SmallPhotoDigits)
-    out = tmp_path / "run"
-    train.main(
-        [
-            "--model",
-            "cct_2_3x2",
-            "--dataset",
-            "cifar10",
-            "--recipe",
-            "cct",
-            "--epochs",
-            "3",
-            "--max-steps",
-            "2",
-            "--batch-size",
-            "16",
-            "--time-budget",
-            "0.0001",
-            "--output-dir",
-            str(out),
-        ]
-    )
-    run = (out / "latest").resolve()  # each run in its own folder (issue 20)
-    assert sorted(p.name for p in out.iterdir()) == [run.name, "latest"]
-    assert {"loss_curves.png", "model.pth", "results.json"} <= {
-        p.name for p in run.iterdir()
-    }
-    results = json.loads((run / "results.json").read_text())
-    assert len(results["train_loss"]) == 1  # the budget stopped it during epoch 1
-    assert math.isfinite(results["test_loss"][0])
-    printed = capsys.readouterr().out
-    assert "[STAND-IN] CIFAR-10" in printed and "[INFO] Recipe cct-cifar-300" in printed
 
 
 def test_random_flip_batch_flips_some_images_and_keeps_labels():

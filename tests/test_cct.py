@@ -1,4 +1,5 @@
-"""Tests for going_modular.models.cct (ViT-Lite, CVT, CCT, text CCT) and models.complexity."""
+"""Tests for going_modular.models.cct (ViT-Lite, CVT, CCT for images) and models.complexity:
+the reference's parameter counts and checkpoint layout, shapes, pooling, initialisation."""
 
 from __future__ import annotations
 
@@ -7,24 +8,21 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from going_modular.models import build_model, list_models
 from going_modular.models.cct import (
     CCT,
-    Attention,
+    REFERENCE_KEYS,
+    CompactTransformer,
     SeqPool,
-    TextCCT,
-    TransformerEncoderLayer,
+    Tokenizer,
     cct_2_3x2,
     cct_7_3x1,
     cvt_7_4,
-    text_cct_2,
-    text_cct_4,
-    text_cct_6,
     vit_lite_7_4,
 )
-from going_modular.models.complexity import count_macs
+from going_modular.models.complexity import count_macs, count_params
+from going_modular.models.layers import load_renamed
 
 # 32x32 inputs, 10 classes, learnable position embeddings. The ViT-Lite-7/4, CVT-7/4,
 # CCT-2/3x2, CCT-4/3x2, CCT-7/3x2 and CCT-7/3x1 counts are the reference implementation's;
@@ -49,43 +47,25 @@ PARAMS_32 = {
 }
 
 
-def n_params(model: nn.Module) -> int:
-    return sum(p.numel() for p in model.parameters())
-
-
 @pytest.mark.parametrize("name", sorted(PARAMS_32))
 def test_parameter_count(name: str) -> None:
-    assert n_params(build_model(name, img_size=32)) == PARAMS_32[name]
+    with torch.device("meta"):
+        assert count_params(build_model(name, img_size=32)) == PARAMS_32[name]
 
 
 def test_parameter_count_cct_14_7x2_imagenet() -> None:
     # The paper's ImageNet CCT-14/7x2: 22.36M parameters at 224 px and 1000 classes.
     model = build_model("cct_14_7x2", num_classes=1000)
     assert model.img_size == (224, 224) and model.grid_size == (14, 14)
-    assert n_params(model) == 22_367_273
+    assert count_params(model) == 22_367_273
 
 
-@pytest.mark.parametrize(
-    ("factory", "kernel_size", "expected"),
-    [
-        # The reference README's text models (AGNews, 4 classes): 0.238M, 0.276M, 0.353M, 0.436M,
-        # 3.237M, 3.467M trainable parameters, word embeddings excluded.
-        (text_cct_2, 1, 237_701),
-        (text_cct_2, 2, 276_101),
-        (text_cct_2, 4, 352_901),
-        (text_cct_4, 1, 436_101),
-        (text_cct_6, 1, 3_236_613),
-        (text_cct_6, 4, 3_467_013),
-    ],
-)
-def test_text_parameter_count(factory, kernel_size: int, expected: int) -> None:
-    model = factory(vocab_size=50, num_classes=4, kernel_size=kernel_size)
-    trainable = sum(
-        p.numel()
-        for name, p in model.named_parameters()
-        if p.requires_grad and not name.startswith("embedding.")
-    )
-    assert trainable == expected
+def test_count_params_trainable_only() -> None:
+    model = cct_2_3x2(pos_embed="sine")
+    model.tokenizer.requires_grad_(False)
+    tokenizer = 3 * 64 * 9 + 64 * 128 * 9
+    assert count_params(model) == PARAMS_32["cct_2_3x2"] - 64 * 128  # the sine buffer
+    assert count_params(model, trainable_only=True) == count_params(model) - tokenizer
 
 
 def test_registry_builds_all_variants() -> None:
@@ -94,40 +74,146 @@ def test_registry_builds_all_variants() -> None:
     assert isinstance(model, CCT)
     assert model(torch.randn(2, 3, 32, 32)).shape == (2, 10)
     model = build_model(
-        "cct_2_3x2", num_classes=100, in_channels=1, img_size=28, dropout=0.1
+        "cct_2_3x2", num_classes=100, in_channels=1, img_size=28, drop_rate=0.1
     )
     assert model(torch.randn(1, 1, 28, 28)).shape == (1, 100)
 
 
-def test_state_dict_keys_follow_the_reference() -> None:
-    keys = set(cct_7_3x1().state_dict())
-    for key in (
-        "tokenizer.conv_layers.0.0.weight",
-        "classifier.positional_emb",
-        "classifier.attention_pool.weight",
-        "classifier.attention_pool.bias",
-        "classifier.blocks.6.pre_norm.weight",
-        "classifier.blocks.6.self_attn.qkv.weight",
-        "classifier.blocks.6.self_attn.proj.bias",
-        "classifier.blocks.6.linear1.weight",
-        "classifier.blocks.6.norm1.weight",
-        "classifier.blocks.6.linear2.weight",
-        "classifier.norm.weight",
-        "classifier.fc.weight",
-    ):
-        assert key in keys
-    assert "classifier.blocks.0.self_attn.qkv.bias" not in keys
-    assert "classifier.class_emb" in vit_lite_7_4().state_dict()
+# The authors' checkpoints -----------------------------------------------------------------------
+
+
+def reference_state_dict(
+    convs: list[tuple[int, int, int]], conv_bias: bool, tokens: int, class_token: bool
+) -> dict[str, torch.Tensor]:
+    """Random tensors under the keys and shapes of SHI-Labs/Compact-Transformers' CCT,
+    CVT or ViT-Lite (``tokenizer`` and ``classifier = TransformerClassifier``), 2 layers of
+    width 128, MLP ratio 1, 10 classes."""
+    d, state = 128, {}
+    for i, (c_in, c_out, k) in enumerate(convs):
+        state[f"tokenizer.conv_layers.{i}.0.weight"] = (
+            torch.randn(c_out, c_in, k, k) / k
+        )
+        if conv_bias:
+            state[f"tokenizer.conv_layers.{i}.0.bias"] = torch.randn(c_out)
+    if class_token:
+        state["classifier.class_emb"] = torch.randn(1, 1, d)
+    else:
+        state["classifier.attention_pool.weight"] = torch.randn(1, d) / 10
+        state["classifier.attention_pool.bias"] = torch.randn(1)
+    state["classifier.positional_emb"] = torch.randn(1, tokens + class_token, d)
+    shapes = {
+        "pre_norm.weight": (d,),
+        "pre_norm.bias": (d,),
+        "self_attn.qkv.weight": (3 * d, d),
+        "self_attn.proj.weight": (d, d),
+        "self_attn.proj.bias": (d,),
+        "linear1.weight": (d, d),
+        "linear1.bias": (d,),
+        "norm1.weight": (d,),
+        "norm1.bias": (d,),
+        "linear2.weight": (d, d),
+        "linear2.bias": (d,),
+    }
+    for i in range(2):
+        for key, shape in shapes.items():
+            scale = 1 if len(shape) == 1 else d**-0.5
+            state[f"classifier.blocks.{i}.{key}"] = torch.randn(shape) * scale
+    state["classifier.norm.weight"] = torch.randn(d)
+    state["classifier.norm.bias"] = torch.randn(d)
+    state["classifier.fc.weight"] = torch.randn(10, d) / 10
+    state["classifier.fc.bias"] = torch.randn(10)
+    return state
+
+
+def reference_forward(state: dict, images: torch.Tensor, cct: bool) -> torch.Tensor:
+    """The reference's forward, written from its equations with its key names: tokenizer,
+    class token or not, positions, [x += MSA(pre_norm(x)); x = norm1(x); x += MLP(x)] per
+    layer, norm, SeqPool or the class token, fc. 2 heads."""
+
+    def linear(x, name):
+        return F.linear(x, state[f"{name}.weight"], state.get(f"{name}.bias"))
+
+    def layer_norm(x, name):
+        return F.layer_norm(
+            x, x.shape[-1:], state[f"{name}.weight"], state[f"{name}.bias"]
+        )
+
+    x, i = images, 0
+    while f"tokenizer.conv_layers.{i}.0.weight" in state:
+        weight = state[f"tokenizer.conv_layers.{i}.0.weight"]
+        if cct:  # stride 1, padding 1, then ReLU and max-pool 3/2/1
+            x = F.max_pool2d(F.relu(F.conv2d(x, weight, None, 1, 1)), 3, 2, 1)
+        else:  # patches of 4
+            x = F.conv2d(x, weight, state[f"tokenizer.conv_layers.{i}.0.bias"], 4)
+        i += 1
+    x = x.flatten(2).transpose(1, 2)
+    if "classifier.class_emb" in state:
+        x = torch.cat([state["classifier.class_emb"].expand(len(x), -1, -1), x], dim=1)
+    x = x + state["classifier.positional_emb"]
+    for layer in range(2):
+        name = f"classifier.blocks.{layer}"
+        q, k, v = linear(
+            layer_norm(x, f"{name}.pre_norm"), f"{name}.self_attn.qkv"
+        ).chunk(3, -1)
+        q, k, v = (t.unflatten(-1, (2, -1)).transpose(1, 2) for t in (q, k, v))
+        weights = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).softmax(dim=-1)
+        x = x + linear(
+            (weights @ v).transpose(1, 2).flatten(2), f"{name}.self_attn.proj"
+        )
+        x = layer_norm(x, f"{name}.norm1")
+        x = x + linear(F.gelu(linear(x, f"{name}.linear1")), f"{name}.linear2")
+    x = layer_norm(x, "classifier.norm")
+    if "classifier.attention_pool.weight" in state:
+        pool = linear(x, "classifier.attention_pool").softmax(dim=1)  # (B, N, 1)
+        x = (pool.transpose(1, 2) @ x).squeeze(1)
+    else:
+        x = x[:, 0]
+    return linear(x, "classifier.fc")
+
+
+@pytest.mark.parametrize("name", ["cct_2_3x2", "cvt_2_4", "vit_lite_2_4"])
+def test_the_authors_checkpoints_load_and_give_their_logits(name: str) -> None:
+    torch.manual_seed(0)
+    cct = name.startswith("cct")
+    convs = [(3, 64, 3), (64, 128, 3)] if cct else [(3, 128, 4)]
+    state = reference_state_dict(
+        convs, conv_bias=not cct, tokens=64, class_token=name.startswith("vit_lite")
+    )
+    model = load_renamed(build_model(name), state, REFERENCE_KEYS).eval()
+    images = torch.randn(3, 3, 32, 32)
+    with torch.no_grad():
+        expected = reference_forward(state, images, cct)
+        assert expected.std() > 0.1
+        torch.testing.assert_close(model(images), expected, atol=1e-4, rtol=1e-4)
+
+
+def test_model_layout() -> None:
+    model = cct_7_3x1()
+    assert [name for name, _ in model.named_children()] == [
+        "tokenizer",
+        "seq_pool",
+        "pos_drop",
+        "blocks",
+        "norm",
+        "head",
+    ]
+    assert model.cls_token is None and model.pool == "seq" and len(model.blocks) == 7
+    lite = vit_lite_7_4()
+    assert lite.seq_pool is None and lite.cls_token.shape == (1, 1, 256)
+    assert lite.pos_embed.shape == (1, 65, 256)
+
+
+# Position embeddings ----------------------------------------------------------------------------
 
 
 def test_sine_embedding_is_a_fixed_buffer() -> None:
-    model = cct_7_3x1(positional_embedding="sine")
-    pe = model.classifier.positional_emb
+    model = cct_7_3x1(pos_embed="sine")
+    pe = model.pos_embed
     assert pe.shape == (1, 256, 256) and not pe.requires_grad
     assert all(p is not pe for p in model.parameters())
     assert any(b is pe for b in model.buffers())
-    assert "classifier.positional_emb" in model.state_dict()
-    assert n_params(model) == PARAMS_32["cct_7_3x1"] - 256 * 256
+    assert "pos_embed" in model.state_dict()
+    assert count_params(model) == PARAMS_32["cct_7_3x1"] - 256 * 256
     dim = 256
     for pos in range(4):
         for i in range(dim // 2):
@@ -141,39 +227,34 @@ def test_sine_embedding_is_a_fixed_buffer() -> None:
     before = pe.clone()
     model(torch.randn(2, 3, 32, 32)).sum().backward()
     optimizer.step()
-    assert torch.equal(model.classifier.positional_emb, before)
+    assert torch.equal(model.pos_embed, before)
 
 
 def test_sine_embedding_with_class_token() -> None:
-    model = vit_lite_7_4(positional_embedding="sine")
-    assert model.classifier.positional_emb.shape == (
-        1,
-        65,
-        256,
-    )  # 64 patches + class token
-    assert n_params(model) == PARAMS_32["vit_lite_7_4"] - 65 * 256
+    model = vit_lite_7_4(pos_embed="sine")
+    assert model.pos_embed.shape == (1, 65, 256)  # 64 patches + class token
+    assert count_params(model) == PARAMS_32["vit_lite_7_4"] - 65 * 256
     assert model(torch.randn(2, 3, 32, 32)).shape == (2, 10)
 
 
 @pytest.mark.parametrize("factory", [cct_2_3x2, cvt_7_4, vit_lite_7_4])
 def test_no_positional_embedding(factory) -> None:
     learnable = factory()
-    model = factory(positional_embedding="none")
-    assert model.classifier.positional_emb is None
-    assert not any("positional_emb" in key for key in model.state_dict())
-    assert (
-        n_params(learnable) - n_params(model)
-        == learnable.classifier.positional_emb.numel()
-    )
+    model = factory(pos_embed="none")
+    assert model.pos_embed is None
+    assert not any("pos_embed" in key for key in model.state_dict())
+    assert count_params(learnable) - count_params(model) == learnable.pos_embed.numel()
     out = model(torch.randn(2, 3, 32, 32))
     assert out.shape == (2, 10) and torch.isfinite(out).all()
 
 
-def test_bad_positional_embedding() -> None:
-    with pytest.raises(ValueError, match="positional_embedding"):
-        build_model("cct_7_3x1", positional_embedding="rotary")
-    with pytest.raises(ValueError, match="positional_embedding"):
-        text_cct_2(vocab_size=10, num_classes=2, positional_embedding="sinusoidal")
+def test_bad_pos_embed_and_pool() -> None:
+    with pytest.raises(
+        ValueError, match="pos_embed 'rotary'.*'learnable', 'sine', 'none'"
+    ):
+        build_model("cct_7_3x1", pos_embed="rotary")
+    with pytest.raises(ValueError, match="pool 'mean'"):
+        build_model("cct_7_3x1", pool="mean")
 
 
 def test_bad_input_size_and_channels() -> None:
@@ -188,6 +269,9 @@ def test_bad_input_size_and_channels() -> None:
         vit_lite_7_4(img_size=30)
     with pytest.raises(ValueError, match="too small"):
         CCT(img_size=2, kernel_size=3, padding=0)
+
+
+# Forward, backward, pooling ---------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("name", sorted(PARAMS_32))
@@ -235,108 +319,37 @@ def test_seqpool_mask_and_formula() -> None:
     assert torch.allclose(pooled[0], (expected * x[0, :3]).sum(dim=0), atol=1e-6)
 
 
+def test_class_token_variant_of_a_cct() -> None:
+    # Chapter 9's exercise: CCT-2/3x2's tokenizer and body, pooling with a class token.
+    tokenizer = Tokenizer(1, 128, kernel_size=3, stride=1, padding=1, n_conv_layers=2)
+    model = CompactTransformer(
+        tokenizer, 32, pool="cls", dim=128, depth=2, heads=2, mlp_ratio=1.0
+    )
+    seq = build_model("cct_2_3x2", in_channels=1)
+    assert count_params(model) - count_params(seq) == 2 * 128 - (128 + 1)
+    images = torch.randn(4, 1, 32, 32)
+    with torch.no_grad():
+        pooled, weights = model.pool_tokens(model.encode(model.tokenizer(images)))
+    assert pooled.shape == (4, 128) and weights is None
+
+
 def test_stochastic_depth_and_init() -> None:
     model = cct_7_3x1()
-    rates = [block.drop_path.p for block in model.classifier.blocks]
+    rates = [block.drop_path.p for block in model.blocks]
     assert rates == pytest.approx([0.1 * i / 6 for i in range(7)])
-    block = model.classifier.blocks[3]
-    assert block.self_attn.qkv.bias is None
-    assert torch.equal(block.linear1.bias, torch.zeros_like(block.linear1.bias))
-    assert torch.equal(block.norm1.weight, torch.ones(256))
-    assert 0.015 < block.linear1.weight.std().item() < 0.025
-    assert 0.15 < model.classifier.positional_emb.std().item() < 0.25
+    block = model.blocks[3]
+    assert block.attn.qkv.bias is None and block.post_attn_norm
+    assert torch.equal(block.mlp.fc1.bias, torch.zeros_like(block.mlp.fc1.bias))
+    assert torch.equal(block.norm2.weight, torch.ones(256))
+    assert 0.015 < block.mlp.fc1.weight.std().item() < 0.025
+    assert 0.15 < model.pos_embed.std().item() < 0.25
 
 
-def test_encoder_layer_wiring() -> None:
-    torch.manual_seed(0)
-    layer = TransformerEncoderLayer(16, 2, 32).eval()
-    x = torch.randn(2, 5, 16)
-    y = layer.norm1(x + layer.self_attn(layer.pre_norm(x)))
-    expected = y + layer.linear2(F.gelu(layer.linear1(y)))
-    assert torch.allclose(layer(x), expected, atol=1e-6)
-
-
-def test_attention_weights_path_matches_sdpa() -> None:
-    torch.manual_seed(0)
-    attn = Attention(16, 4).eval()
-    x = torch.randn(2, 6, 16)
-    mask = torch.tensor([[True] * 6, [True] * 4 + [False] * 2])[:, None, None, :]
-    out, weights = attn(x, mask, need_weights=True)
-    assert torch.allclose(out, attn(x, mask), atol=1e-6)
-    assert weights.shape == (2, 4, 6, 6)
-    assert torch.allclose(weights.sum(-1), torch.ones(2, 4, 6))
-    assert (weights[1, ..., 4:] == 0).all()
-    maps = cct_2_3x2().get_attention_maps(torch.randn(1, 3, 32, 32))
-    assert len(maps) == 2 and maps[0].shape == (1, 2, 64, 64)
-
-
-def _padded_batch(
-    lengths: list[int], width: int, vocab: int
-) -> tuple[torch.Tensor, torch.Tensor]:
-    ids = torch.randint(2, vocab, (len(lengths), width))
-    mask = torch.arange(width)[None] < torch.tensor(lengths)[:, None]
-    return torch.where(mask, ids, 1), mask  # 1 = the padding index
-
-
-def test_text_forward_backward_with_mask() -> None:
-    torch.manual_seed(0)
-    model = text_cct_2(vocab_size=100, num_classes=3, seq_len=32).train()
-    ids, mask = _padded_batch([32, 20, 5], 32, 100)
-    out = model(ids, mask)
-    assert out.shape == (3, 3) and torch.isfinite(out).all()
-    out.sum().backward()
-    assert model.embedding.weight.grad is not None
-    _, weights = model(ids, mask, return_pool_weights=True)
-    assert torch.allclose(weights.sum(dim=1), torch.ones(3))
-    assert (
-        weights[2, 4:] == 0
-    ).all()  # 5 words -> 4 real tokens after conv and pooling
-
-
-@pytest.mark.parametrize("kernel_size", [1, 2, 4])
-@pytest.mark.parametrize("positional_embedding", ["sine", "learnable"])
-def test_text_padding_does_not_change_output(
-    kernel_size: int, positional_embedding: str
-) -> None:
-    torch.manual_seed(0)
-    model = text_cct_4(
-        vocab_size=100,
-        num_classes=3,
-        kernel_size=kernel_size,
-        seq_len=48,
-        positional_embedding=positional_embedding,
-    ).eval()
-    lengths = [37, 11, 2]
-    ids, mask = _padded_batch(lengths, 40, 100)
-    out = model(ids, mask)
-    # Other token ids at the padded positions.
-    noisy = torch.where(mask, ids, torch.randint(2, 100, ids.shape))
-    assert torch.allclose(model(noisy, mask), out, atol=1e-5)
-    # More padding.
-    longer_ids = torch.cat([ids, torch.ones(3, 8, dtype=ids.dtype)], dim=1)
-    longer_mask = torch.cat([mask, torch.zeros(3, 8, dtype=torch.bool)], dim=1)
-    assert torch.allclose(model(longer_ids, longer_mask), out, atol=1e-5)
-    # Each sequence alone, without padding or mask.
-    for i, n in enumerate(lengths):
-        assert torch.allclose(model(ids[i : i + 1, :n])[0], out[i], atol=1e-5)
-
-
-def test_text_mask_errors_and_embeddings() -> None:
-    weights = torch.randn(20, 8)
-    model = TextCCT(20, 2, seq_len=16, word_embedding_dim=8, embedding_weights=weights)
-    assert (
-        torch.equal(model.embedding.weight, weights)
-        and model.embedding.weight.requires_grad
-    )
-    frozen = TextCCT(20, 2, word_embedding_dim=8, freeze_embedding=True)
-    assert not frozen.embedding.weight.requires_grad
-    ids = torch.randint(0, 20, (2, 16))
-    with pytest.raises(ValueError, match="right-padded"):
-        model(ids, torch.tensor([[False] * 4 + [True] * 12, [True] * 16]))
-    with pytest.raises(ValueError, match="seq_len"):
-        model(torch.randint(0, 20, (2, 17)))
-    with pytest.raises(ValueError, match="embedding_weights"):
-        TextCCT(21, 2, word_embedding_dim=8, embedding_weights=weights)
+def test_attention_maps() -> None:
+    model = cct_2_3x2().train()
+    maps = model.get_attention_maps(torch.randn(1, 3, 32, 32))
+    assert model.training and len(maps) == 2 and maps[0].shape == (1, 2, 64, 64)
+    torch.testing.assert_close(maps[1].sum(-1), torch.ones(1, 2, 64))
 
 
 def test_macs_cct_7_3x1() -> None:
@@ -349,26 +362,3 @@ def test_macs_cct_7_3x1() -> None:
     assert macs["attention"] == 7 * 2 * 256**3 + 256 * 256
     assert macs["total"] == pytest.approx(1.18e9, rel=0.005)  # the paper: 1.19G
     assert macs["other"] == 0
-
-
-@pytest.mark.parametrize("positional_embedding", ["sine", "learnable"])
-def test_text_model_avoids_the_reference_bugs(positional_embedding: str) -> None:
-    """The package's answers to chapter 11's bug hunt: mask shape, table rows, word width."""
-    model = text_cct_2(
-        vocab_size=50,
-        num_classes=3,
-        seq_len=24,
-        word_embedding_dim=100,
-        positional_embedding=positional_embedding,
-    )
-    n_tokens = model.tokenizer.sequence_length(24)
-    assert model.classifier.positional_emb.shape == (
-        1,
-        n_tokens,
-        128,
-    )  # N rows, not N+1
-    assert model.tokenizer.conv_layers[0].in_channels == 100
-    ids, mask = _padded_batch([24, 6], 24, 50)
-    _, token_mask = model.tokenizer(model.embedding(ids), mask)
-    assert token_mask.shape == (2, n_tokens) and token_mask.dtype == torch.bool
-    assert model(ids, mask).shape == (2, 3)

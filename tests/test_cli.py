@@ -1,26 +1,29 @@
-"""The ``python -m going_modular.train`` entry point, end to end."""
+"""The ``python -m going_modular.train`` command, run in-process through ``train.main``
+(one subprocess checks that the command itself starts)."""
 
 from __future__ import annotations
 
 import errno
 import json
+import math
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
-import warnings
 from pathlib import Path
 
-import matplotlib.pyplot as plt
 import pytest
+import tomllib
 import torch
-from PIL import Image
 from torchvision import transforms
 
-from going_modular import datasets, engine, runs, train, utils
-from going_modular.models import list_models
+from going_modular import cli, datasets, runs, standins, train, utils
+from going_modular.checkpoint import save_checkpoint
+from going_modular.models.registry import _REGISTRY
+from going_modular.paths import project_root
+
+TINY = ["--model", "tinyvgg", "--dataset", "mnist", "--batch-size", "32"]
 
 
 def _run_dirs(out: Path) -> list[Path]:
@@ -28,7 +31,31 @@ def _run_dirs(out: Path) -> list[Path]:
     return sorted(p for p in out.iterdir() if p.is_dir() and not p.is_symlink())
 
 
-def test_help_lists_the_options():
+def _checkpoint(path: Path) -> dict:
+    """What ``utils.save_model`` wrote (weights, build_config, class_names, extra)."""
+    return torch.load(path, weights_only=True)
+
+
+def _own(data: Path, out: Path, *extra: str) -> list[str]:
+    """Two epochs on :func:`tiny_image_folder` (conftest) into ``out``."""
+    return [
+        "--data-dir", str(data), "--img-size", "8", "--batch-size", "4",
+        "--epochs", "2", "--output-dir", str(out), *extra,
+    ]  # fmt: skip
+
+
+@pytest.fixture
+def no_plots(monkeypatch):
+    """Skip drawing loss_curves.png where a test does not look at it (saves ~0.5 s)."""
+    monkeypatch.setattr(runs.Run, "_plot", lambda self, results: None)
+
+
+# --- The command and its options -----------------------------------------------------------------
+
+
+def test_the_command_starts_and_lists_its_options():
+    """The one subprocess: ``python -m going_modular.train`` really runs (and so does the
+    ``vit-train`` console script, which names the same function)."""
     out = subprocess.run(
         [sys.executable, "-m", "going_modular.train", "--help"],
         capture_output=True,
@@ -44,48 +71,17 @@ def test_help_lists_the_options():
         "--output-dir",
     ):
         assert option in out
+    pyproject = tomllib.loads((project_root() / "pyproject.toml").read_text())
+    assert pyproject["project"]["scripts"]["vit-train"] == "going_modular.train:main"
 
 
-def test_run_writes_checkpoint_results_and_curves(tmp_path, capsys):
-    out = tmp_path / "run"
-    train.main(
-        [
-            "--model",
-            "tinyvgg",
-            "--dataset",
-            "mnist",
-            "--epochs",
-            "2",
-            "--batch-size",
-            "64",
-            "--max-steps",
-            "5",
-            "--warmup-epochs",
-            "0.5",
-            "--output-dir",
-            str(out),
-        ]
-    )
-    (run,) = _run_dirs(out)
-    assert re.fullmatch(r"\d{8}-\d{6}-[0-9a-f]{8}", run.name)
-    assert sorted(p.name for p in out.iterdir()) == [run.name, "latest"]
-    assert (out / "latest").resolve() == run
-    assert sorted(p.name for p in run.iterdir()) == [
-        "loss_curves.png",
-        "model.pth",
-        "results.json",
-    ]
-    results = json.loads((run / "results.json").read_text())
-    assert len(results["train_loss"]) == 2 and results["status"] == "complete"
-    assert results["run_id"] == run.name and results["options"]["epochs"] == 2
-    assert runs.pair_matches(run)
-    assert (run / "loss_curves.png").read_bytes()[:4] == b"\x89PNG"
-    model = utils.load_model(run / "model.pth").eval()
-    assert utils.load_checkpoint(run / "model.pth")["extra"]["img_size"] == 28
-    x = torch.rand(3, 1, 28, 28)
-    again = utils.load_model(run / "model.pth").eval()
-    assert torch.equal(model(x), again(x))
-    assert "[STAND-IN] MNIST" in capsys.readouterr().out
+def test_every_registered_model_is_a_choice():
+    parser = cli.build_parser()
+    assert "tinyvgg" in _REGISTRY and len(_REGISTRY) > 10
+    for name in _REGISTRY:
+        assert parser.parse_args(["--model", name]).model == name
+    listed = re.sub(r"\s+", " ", parser.format_help())
+    assert f"model to build: {', '.join(sorted(_REGISTRY))}" in listed
 
 
 @pytest.mark.parametrize(
@@ -99,35 +95,43 @@ def test_run_writes_checkpoint_results_and_curves(tmp_path, capsys):
 )
 def test_bad_arguments_are_explained(argv, message, capsys):
     with pytest.raises(SystemExit) as info:
-        train.build_parser().parse_args(argv)
+        cli.build_parser().parse_args(argv)
     assert info.value.code == 2
     assert message in capsys.readouterr().err
 
 
-def test_every_registered_model_is_a_choice():
-    assert "tinyvgg" in list_models()
-    assert train.build_parser().parse_args(["--model", list_models()[0]]).model
-
-
-# --- Bad input and faults: each refused up front, or finished cleanly --------------------------
-
-
-def _cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "going_modular.train", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
+def test_recipe_fills_defaults_and_keeps_explicit_options():
+    args = cli.build_parser().parse_args(
+        ["--recipe", "cct", "--lr", "1e-3", "--epochs", "3"]
+    )
+    recipe = cli.resolve_recipe(args)
+    assert (args.batch_size, args.weight_decay, args.label_smoothing) == (
+        128,
+        6e-2,
+        0.1,
+    )
+    assert args.lr == recipe.lr == 1e-3 and args.epochs == 3 and recipe.epochs == 310
+    plain = cli.build_parser().parse_args([])
+    assert cli.resolve_recipe(plain) is None
+    assert (plain.epochs, plain.batch_size, plain.lr, plain.weight_decay) == (
+        5,
+        32,
+        1e-3,
+        0.0,
     )
 
 
-TINY = ["--model", "tinyvgg", "--dataset", "mnist", "--batch-size", "32"]
+# --- Bad input: refused up front, before any data or folder is made ------------------------------
 
 
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
         (["--lr", "nan"], "--learning-rate: must be a finite number, got nan"),
+        (
+            ["--lr", "inf"],
+            "argument --lr/--learning-rate: must be a finite number, got inf",
+        ),
         (["--lr", "-1"], "--learning-rate: must be positive, got -1.0"),
         (["--weight-decay", "-1"], "--weight-decay: must be 0 or more, got -1.0"),
         (["--warmup-epochs", "-1"], "--warmup-epochs: must be 0 or more, got -1.0"),
@@ -163,207 +167,39 @@ def test_bad_numbers_and_combinations_are_refused_up_front(
     with pytest.raises(SystemExit) as info:
         train.main([*TINY, "--output-dir", str(out), *argv])
     assert info.value.code == 2
-    assert message in capsys.readouterr().err
-    assert not out.exists()
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    assert not out.exists() and not (tmp_path / "data").exists()
 
 
-def test_non_finite_learning_rate_exits_before_any_work(tmp_path):
-    done = _cli(*TINY, "--lr", "inf", "--output-dir", str(tmp_path / "run"))
-    assert done.returncode == 2
-    assert (
-        "argument --lr/--learning-rate: must be a finite number, got inf" in done.stderr
-    )
-    assert not (tmp_path / "run").exists()
-
-
-def test_output_dir_that_is_a_file_is_refused_before_the_data(tmp_path):
+def test_output_dir_that_is_a_file_is_refused_before_the_data(tmp_path, capsys):
     taken = tmp_path / "taken"
     taken.write_text("my notes")
-    done = _cli("--model", "tinyvgg", "--dataset", "food", "--output-dir", str(taken))
-    assert done.returncode == 2
-    assert (
-        "--output-dir" in done.stderr
-        and "is an existing file, not a folder" in done.stderr
-    )
-    assert "Traceback" not in done.stderr
+    with pytest.raises(SystemExit) as info:
+        train.main(
+            ["--model", "tinyvgg", "--dataset", "food", "--output-dir", str(taken)]
+        )
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert "--output-dir" in err and "is an existing file, not a folder" in err
     assert not (tmp_path / "data").exists()  # the stand-in images were never made
     assert taken.read_text() == "my notes"
 
 
-def test_model_that_does_not_fit_the_images_is_refused_before_the_data(tmp_path):
-    done = _cli(
-        "--model",
-        "vit_b_16",
-        "--dataset",
-        "food",
-        "--img-size",
-        "100",
-        "--output-dir",
-        str(tmp_path / "run"),
-    )
-    assert done.returncode == 2
-    assert (
-        "--model vit_b_16 does not fit food (3 channel(s), 100x100 pixels)"
-        in done.stderr
-    )
-    assert "not divisible by patch size 16" in done.stderr
-    assert "Pass an --img-size the model takes" in done.stderr
+def test_model_that_does_not_fit_the_images_is_refused_before_the_data(
+    tmp_path, capsys
+):
+    with pytest.raises(SystemExit) as info:
+        train.main(
+            ["--model", "vit_b_16", "--dataset", "food", "--img-size", "100"]
+            + ["--output-dir", str(tmp_path / "run")]
+        )
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert "--model vit_b_16 does not fit food (3 channel(s), 100x100 pixels)" in err
+    assert "not divisible by patch size 16" in err
+    assert "Pass an --img-size the model takes" in err
     assert not (tmp_path / "data").exists() and not (tmp_path / "run").exists()
-
-
-def test_diverging_run_fails_without_checkpoint_and_leaves_earlier_files_alone(
-    tmp_path,
-):
-    out = tmp_path / "run"
-    earlier = out / "20240101-000000-0123abcd"
-    earlier.mkdir(parents=True)
-    mine = {
-        earlier / "model.pth": "from an earlier run",
-        earlier / "results.json": "from an earlier run",
-        out / "model.pth": "an old layout's file",
-        out / ".model.pth-20240101": "my backup",
-        out / ".results.json-20240101": "my backup",
-    }
-    for path, text in mine.items():
-        path.write_text(text)
-    done = _cli(*TINY, "--lr", "1e30", "--max-steps", "5", "--output-dir", str(out))
-    assert done.returncode == 1
-    assert "error: The training loss became" in done.stderr
-    assert "epoch 1, step" in done.stderr and "learning rate too high" in done.stderr
-    assert "No epoch was complete" in done.stderr and "--resume" not in done.stderr
-    assert "Traceback" not in done.stderr
-    assert all(path.read_text() == text for path, text in mine.items())
-    (run,) = set(_run_dirs(out)) - {earlier}
-    assert not (run / "model.pth").exists()
-    results = json.loads((run / "results.json").read_text())  # strict JSON: no NaN
-    assert results["status"] == "failed" and "loss became" in results["error"]
-    assert not (out / "latest").exists()  # it points only to runs that saved a model
-
-
-@pytest.mark.parametrize(
-    ("signum", "code"), [(signal.SIGINT, 130), (signal.SIGHUP, 129)]
-)
-def test_a_stop_signal_saves_the_last_completed_epoch(tmp_path, signum, code):
-    """Ctrl-C and SIGHUP (SIGTERM: tests/test_resume.py) stop a run cleanly."""
-    out = tmp_path / "run"
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "going_modular.train",
-            *TINY,
-            "--epochs",
-            "1000",
-            "--max-steps",
-            "2",
-            "--output-dir",
-            str(out),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        for line in process.stdout:
-            if "Epoch   1/1000" in line:
-                break
-        process.send_signal(signum)
-        _, stderr = process.communicate(timeout=120)
-    finally:
-        process.kill()
-    assert process.returncode == code
-    assert "Traceback" not in stderr
-    last = stderr.strip().splitlines()[-1]
-    match = re.fullmatch(
-        r"Interrupted during epoch (\d+): saved epoch (\d+)'s checkpoint and the results "
-        r"so far \(marked interrupted\) to (.+)/\. Continue with: python -m "
-        r"going_modular.train --resume (.+)",
-        last,
-    )
-    (run,) = _run_dirs(out)
-    assert match and match[3] == match[4] == str(run), stderr
-    epochs = int(match[2])
-    assert epochs >= 1 and int(match[1]) == epochs + 1
-    results = json.loads((run / "results.json").read_text())
-    assert results["status"] == "interrupted" and results["epochs_completed"] == epochs
-    assert len(results["train_loss"]) == len(results["test_acc"]) == epochs
-    checkpoint = utils.load_checkpoint(run / "model.pth")
-    assert checkpoint["extra"]["status"] == "interrupted"
-    assert checkpoint["extra"]["run_id"] == results["run_id"]
-    assert runs.pair_matches(run) and (out / "latest").resolve() == run
-    assert not (out / runs.LOCK).exists()
-    utils.load_model(run / "model.pth")
-
-
-@pytest.mark.skipif(
-    not datasets.DEBIAN_FASHION_MNIST.is_dir(),
-    reason="Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)",
-)
-def test_fashion_mnist_end_to_end_pads_for_a_patch_16_vit(tmp_path):
-    out = tmp_path / "run"
-    done = _cli(
-        "--dataset",
-        "fashion_mnist",
-        "--model",
-        "vit_tiny",
-        "--epochs",
-        "1",
-        "--max-steps",
-        "3",
-        "--batch-size",
-        "500",
-        "--output-dir",
-        str(out),
-    )
-    assert done.returncode == 0, done.stderr
-    assert "so they are padded to 32x32" in done.stdout
-    assert (
-        "fashion_mnist, 60000 train and 10000 test images of 10 classes" in done.stdout
-    )
-    out = out / "latest"
-    checkpoint = utils.load_checkpoint(out / "model.pth")
-    assert checkpoint["build_config"]["kwargs"]["img_size"] == 32
-    assert checkpoint["build_config"]["kwargs"]["in_channels"] == 1
-    assert checkpoint["class_names"][0] == "T-shirt/top"
-    image, _ = datasets.get_fashion_mnist(False, transforms.ToTensor(), pad_to_32=True)[
-        0
-    ]
-    assert utils.load_model(out / "model.pth")(image[None]).shape == (1, 10)
-    results = json.loads((out / "results.json").read_text())
-    assert results["status"] == "complete" and 0 <= results["test_acc"][0] <= 1
-
-
-def test_data_dir_trains_on_your_own_images_and_ignores_hidden_folders(
-    texture_photos, tmp_path
-):
-    own = tmp_path / "my_photos"
-    for split, count in (("train", 4), ("test", 2)):
-        for name in ("brick", "grass", "gravel"):
-            (own / split / name).mkdir(parents=True)
-            for image in sorted((texture_photos / split / name).glob("*.jpg"))[:count]:
-                shutil.copy(image, own / split / name / image.name)
-    (own / "train" / ".ipynb_checkpoints").mkdir()
-    shutil.copy(image, own / "train" / ".ipynb_checkpoints" / "stray.jpg")
-    out = tmp_path / "run"
-    done = _cli(
-        "--data-dir",
-        str(own),
-        "--model",
-        "tinyvgg",
-        "--img-size",
-        "32",
-        "--epochs",
-        "1",
-        "--batch-size",
-        "4",
-        "--output-dir",
-        str(out),
-    )
-    assert done.returncode == 0, done.stderr
-    assert "12 train and 6 test images of 3 classes" in done.stdout
-    checkpoint = utils.load_checkpoint(out / "latest" / "model.pth")
-    assert checkpoint["class_names"] == ["brick", "grass", "gravel"]
-    assert checkpoint["extra"]["dataset"] == str(own)
 
 
 def test_data_dir_problems_are_refused_up_front(tmp_path, capsys):
@@ -380,96 +216,241 @@ def test_data_dir_problems_are_refused_up_front(tmp_path, capsys):
     assert not (tmp_path / "run").exists()
 
 
-def test_corrupt_image_in_data_dir_is_refused_before_the_run_starts(tmp_path, capsys):
-    for split in ("train", "test"):
-        for name in ("a", "b"):
-            (tmp_path / "own" / split / name).mkdir(parents=True)
-            Image.new("RGB", (8, 8), "red").save(
-                tmp_path / "own" / split / name / "x.png"
-            )
-    (tmp_path / "own" / "train" / "a" / "broken.jpg").write_bytes(b"\xff\xd8 no jpeg")
+def test_corrupt_image_in_data_dir_is_refused_before_the_run_starts(
+    tiny_image_folder, tmp_path, capsys
+):
+    (tiny_image_folder / "train" / "a" / "broken.jpg").write_bytes(b"\xff\xd8 no jpeg")
     out = tmp_path / "run"
     with pytest.raises(SystemExit) as info:
-        train.main(
-            ["--data-dir", str(tmp_path / "own"), "--img-size", "8", "--epochs", "1"]
-            + ["--output-dir", str(out)]
-        )
+        train.main(_own(tiny_image_folder, out))
     assert info.value.code == 2
     err = capsys.readouterr().err
     assert "Cannot decode images: 1 file(s)" in err and "broken.jpg" in err
     assert not out.exists()  # refused before any folder was made
 
 
-# --- Runs never overwrite runs; nothing finished is lost ----------------------------------------
-
-
-def _tiny_images(root: Path) -> Path:
-    """An ImageFolder of 2 classes, 4 training and 2 test images each, 8x8 pixels."""
-    for split, count in (("train", 4), ("test", 2)):
-        for i, name in enumerate(("a", "b")):
-            (root / split / name).mkdir(parents=True)
-            for k in range(count):
-                Image.new("RGB", (8, 8), (200 * i, 40 * k, 90)).save(
-                    root / split / name / f"{k}.png"
-                )
-    return root
-
-
-def _own(data: Path, out: Path, *extra: str) -> list[str]:
-    return [
-        "--data-dir", str(data), "--img-size", "8", "--batch-size", "4",
-        "--epochs", "2", "--output-dir", str(out), *extra,
-    ]  # fmt: skip
-
-
-def test_runs_never_overwrite_each_other_nor_touch_backups(tmp_path):
-    data, out = _tiny_images(tmp_path / "own"), tmp_path / "runs"
-    out.mkdir()
-    backups = [out / ".model.pth-20240101", out / ".results.json-20240101"]
-    for backup in backups:
-        backup.write_text("my backup")
-    train.main(_own(data, out))
-    (first,) = _run_dirs(out)
-    before = {p.name: p.read_bytes() for p in first.iterdir()}
-    train.main(_own(data, out, "--seed", "7"))
-    second = next(p for p in _run_dirs(out) if p != first)
-    assert {p.name: p.read_bytes() for p in first.iterdir()} == before
-    assert (out / "latest").resolve() == second
-    assert runs.pair_matches(first) and runs.pair_matches(second)
-    assert [b.read_text() for b in backups] == ["my backup"] * 2
-    assert sorted(p.name for p in out.iterdir()) == sorted(
-        [b.name for b in backups] + [first.name, second.name, "latest"]
-    )  # no previous/ folder, no lock left behind
-
-
-def test_a_second_run_into_a_busy_output_dir_is_refused(tmp_path, capsys):
-    data, out = _tiny_images(tmp_path / "own"), tmp_path / "runs"
-    with runs.OutputLock(out):
-        with pytest.raises(SystemExit) as info:
-            train.main(_own(data, out))
+def test_output_dir_among_the_images_is_refused(tiny_image_folder, capsys):
+    inside = tiny_image_folder / "train" / "a" / "runs"
+    with pytest.raises(SystemExit) as info:
+        train.main(_own(tiny_image_folder, inside))
     assert info.value.code == 2
-    assert f"is in use: process {os.getpid()} is training into it" in (
-        capsys.readouterr().err
-    )
-    assert _run_dirs(out) == []
-    (out / runs.LOCK).write_text(f"{_dead_pid()} 2024-01-01 00:00:00\n")
-    train.main(_own(data, out))  # a lock left by a killed run is taken over
-    assert "which has ended" in capsys.readouterr().out
-    assert len(_run_dirs(out)) == 1 and not (out / runs.LOCK).exists()
+    assert "is inside" in capsys.readouterr().err
+    assert not inside.exists()
 
 
-def _dead_pid() -> int:
-    done = subprocess.run(
-        [sys.executable, "-c", "import os; print(os.getpid())"],
-        capture_output=True,
-        text=True,
-        check=True,
+# --- Training runs -------------------------------------------------------------------------------
+
+
+def test_run_writes_checkpoint_results_and_curves(tmp_path, capsys):
+    out = tmp_path / "run"
+    train.main(
+        [*TINY, "--epochs", "2", "--batch-size", "64", "--max-steps", "5"]
+        + ["--warmup-epochs", "0.5", "--output-dir", str(out)]
     )
-    return int(done.stdout)
+    (run,) = _run_dirs(out)
+    assert re.fullmatch(r"\d{8}-\d{6}-[0-9a-f]{8}", run.name)
+    assert sorted(p.name for p in out.iterdir()) == [run.name, "latest"]
+    assert (out / "latest").resolve() == run
+    assert sorted(p.name for p in run.iterdir()) == [
+        "loss_curves.png",
+        "model.pth",
+        "results.json",
+    ]
+    results = json.loads((run / "results.json").read_text())
+    assert len(results["train_loss"]) == 2 and results["status"] == "complete"
+    assert results["run_id"] == run.name and results["options"]["epochs"] == 2
+    assert runs.pair_matches(run)
+    assert (run / "loss_curves.png").read_bytes()[:4] == b"\x89PNG"
+    model = utils.load_model(run / "model.pth").eval()
+    assert _checkpoint(run / "model.pth")["extra"]["img_size"] == 28
+    x = torch.rand(3, 1, 28, 28)
+    again = utils.load_model(run / "model.pth").eval()
+    assert torch.equal(model(x), again(x))
+    assert "[STAND-IN] MNIST" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(
+    not datasets.DEBIAN_FASHION_MNIST.is_dir(),
+    reason="Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)",
+)
+def test_fashion_mnist_end_to_end_pads_for_a_patch_16_vit(tmp_path, capsys, no_plots):
+    out = tmp_path / "run"
+    train.main(
+        ["--dataset", "fashion_mnist", "--model", "vit_tiny", "--epochs", "1"]
+        + ["--max-steps", "3", "--batch-size", "500", "--output-dir", str(out)]
+    )
+    printed = capsys.readouterr().out
+    assert "so they are padded to 32x32" in printed
+    assert "fashion_mnist, 60000 train and 10000 test images of 10 classes" in printed
+    out = out / "latest"
+    checkpoint = _checkpoint(out / "model.pth")
+    assert checkpoint["build_config"]["kwargs"]["img_size"] == 32
+    assert checkpoint["build_config"]["kwargs"]["in_channels"] == 1
+    assert checkpoint["class_names"][0] == "T-shirt/top"
+    image, _ = datasets.get_fashion_mnist(False, transforms.ToTensor(), pad_to_32=True)[
+        0
+    ]
+    assert utils.load_model(out / "model.pth")(image[None]).shape == (1, 10)
+    results = json.loads((out / "results.json").read_text())
+    assert results["status"] == "complete" and 0 <= results["test_acc"][0] <= 1
+
+
+def test_data_dir_trains_on_your_own_images_and_ignores_hidden_folders(
+    texture_photos, tmp_path, capsys, no_plots
+):
+    own = tmp_path / "my_photos"
+    for split, count in (("train", 4), ("test", 2)):
+        for name in ("brick", "grass", "gravel"):
+            (own / split / name).mkdir(parents=True)
+            for image in sorted((texture_photos / split / name).glob("*.jpg"))[:count]:
+                (own / split / name / image.name).write_bytes(image.read_bytes())
+    (own / "train" / ".ipynb_checkpoints").mkdir()
+    (own / "train" / ".ipynb_checkpoints" / "stray.jpg").write_bytes(image.read_bytes())
+    out = tmp_path / "run"
+    train.main(
+        ["--data-dir", str(own), "--model", "tinyvgg", "--img-size", "32"]
+        + ["--epochs", "1", "--batch-size", "4", "--output-dir", str(out)]
+    )
+    assert "12 train and 6 test images of 3 classes" in capsys.readouterr().out
+    checkpoint = _checkpoint(out / "latest" / "model.pth")
+    assert checkpoint["class_names"] == ["brick", "grass", "gravel"]
+    assert checkpoint["extra"]["dataset"] == str(own)
+
+
+class _SmallPhotoDigits(standins.PhotoDigits):
+    """One copy of each digit: the same stand-in, built four times faster."""
+
+    def __init__(self, train: bool = True, transform=None):
+        super().__init__(train=train, transform=transform, copies=1)
+
+
+def test_a_cct_trains_with_the_recipe_and_a_time_budget(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(standins, "PhotoDigits", _SmallPhotoDigits)
+    out = tmp_path / "run"
+    train.main(
+        ["--model", "cct_2_3x2", "--dataset", "cifar10", "--recipe", "cct"]
+        + ["--epochs", "3", "--max-steps", "2", "--batch-size", "16"]
+        + ["--time-budget", "0.0001", "--output-dir", str(out)]
+    )
+    run = (out / "latest").resolve()  # each run in its own folder (issue 20)
+    assert sorted(p.name for p in out.iterdir()) == [run.name, "latest"]
+    assert {"loss_curves.png", "model.pth", "results.json"} <= {
+        p.name for p in run.iterdir()
+    }
+    results = json.loads((run / "results.json").read_text())
+    assert len(results["train_loss"]) == 1  # the budget stopped it during epoch 1
+    assert math.isfinite(results["test_loss"][0])
+    printed = capsys.readouterr().out
+    assert "[STAND-IN] CIFAR-10" in printed and "[INFO] Recipe cct-cifar-300" in printed
+
+
+# --- Stops and failures: the finished epochs are kept, one line says what happened --------------
+
+
+def test_diverging_run_fails_without_checkpoint_and_leaves_earlier_files_alone(
+    tmp_path, capsys
+):
+    out = tmp_path / "run"
+    earlier = out / "20240101-000000-0123abcd"
+    earlier.mkdir(parents=True)
+    mine = {
+        earlier / "model.pth": "from an earlier run",
+        earlier / "results.json": "from an earlier run",
+        out / "model.pth": "an old layout's file",
+        out / ".model.pth-20240101": "my backup",
+        out / ".results.json-20240101": "my backup",
+    }
+    for path, text in mine.items():
+        path.write_text(text)
+    with pytest.raises(SystemExit) as info:
+        train.main(
+            [*TINY, "--lr", "1e30", "--max-steps", "5", "--output-dir", str(out)]
+        )
+    assert info.value.code == 1
+    err = capsys.readouterr().err
+    assert "error: The training loss became" in err
+    assert "epoch 1, step" in err and "learning rate too high" in err
+    assert "No epoch was complete" in err and "--resume" not in err
+    assert "Traceback" not in err
+    assert all(path.read_text() == text for path, text in mine.items())
+    (run,) = set(_run_dirs(out)) - {earlier}
+    assert not (run / "model.pth").exists()
+    results = json.loads((run / "results.json").read_text())  # strict JSON: no NaN
+    assert results["status"] == "failed" and "loss became" in results["error"]
+    assert not (out / "latest").exists()  # it points only to runs that saved a model
+
+
+@pytest.mark.parametrize(
+    ("signum", "code"), [(signal.SIGINT, 130), (signal.SIGHUP, 129)]
+)
+def test_a_stop_signal_saves_the_last_completed_epoch(
+    tiny_image_folder, tmp_path, signum, code, signal_at_training_step, capsys
+):
+    """Ctrl-C and SIGHUP during epoch 2 (SIGTERM: the next test) stop cleanly."""
+    signal_at_training_step(signum, step=3)  # 2 steps per epoch: epoch 2's first
+    out = tmp_path / "runs"
+    with pytest.raises(SystemExit) as info:
+        train.main(_own(tiny_image_folder, out, "--epochs", "1000"))
+    assert info.value.code == code
+    (run,) = _run_dirs(out)
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"Interrupted during epoch 2: saved epoch 1's checkpoint and the results so far "
+        f"(marked interrupted) to {run}/. Continue with: python -m going_modular.train "
+        f"--resume {run}"
+    )
+    results = json.loads((run / "results.json").read_text())
+    assert results["status"] == "interrupted" and results["epochs_completed"] == 1
+    assert len(results["train_loss"]) == len(results["test_acc"]) == 1
+    checkpoint = _checkpoint(run / "model.pth")
+    assert checkpoint["extra"]["status"] == "interrupted"
+    assert checkpoint["extra"]["run_id"] == results["run_id"]
+    assert runs.pair_matches(run) and (out / "latest").resolve() == run
+    assert not (out / runs.LOCK).exists()
+    utils.load_model(run / "model.pth")
+
+
+def test_cli_sigterm_then_resume_equals_an_uninterrupted_run(
+    tiny_image_folder, tmp_path, capsys, signal_at_training_step, no_plots
+):
+    options = ["--data-dir", str(tiny_image_folder), "--img-size", "8"]
+    options += ["--batch-size", "4", "--epochs", "4"]
+    out = tmp_path / "runs"
+    # 2 steps per epoch: step 5 is epoch 3's first
+    signal_at_training_step(signal.SIGTERM, step=5)
+    with pytest.raises(SystemExit) as info:
+        train.main([*options, "--output-dir", str(out)])
+    assert info.value.code == 143
+    stderr = capsys.readouterr().err
+    run = (out / "latest").resolve()
+    assert stderr.strip().splitlines()[-1] == (
+        f"Interrupted during epoch 3: saved epoch 2's checkpoint and the results so far "
+        f"(marked interrupted) to {run}/. Continue with: python -m going_modular.train "
+        f"--resume {run}"
+    )
+    stopped = json.loads((run / "results.json").read_text())
+    assert stopped["status"] == "interrupted" and len(stopped["train_loss"]) == 2
+
+    with pytest.raises(SystemExit) as info:
+        train.main(["--resume", str(out / "latest"), "--lr", "0.1"])
+    assert info.value.code == 2
+    assert "--lr cannot be given with it" in capsys.readouterr().err
+    train.main(["--resume", str(out / "latest")])
+    resumed = json.loads((run / "results.json").read_text())
+    train.main([*options, "--output-dir", str(tmp_path / "again")])
+    uninterrupted = json.loads(
+        (tmp_path / "again" / "latest" / "results.json").read_text()
+    )
+    assert resumed["status"] == "complete" and resumed["run_id"] == run.name
+    for key in ("train_loss", "train_acc", "test_loss", "test_acc"):
+        assert resumed[key] == uninterrupted[key], key
+    assert runs.pair_matches(run)
+    with pytest.raises(SystemExit):
+        train.main(["--resume", str(run)])
+    assert "that run is complete (4 epochs)" in capsys.readouterr().err
 
 
 def test_failing_optional_steps_are_warnings_not_a_failed_run(
-    tmp_path, monkeypatch, capsys
+    tiny_image_folder, tmp_path, monkeypatch, capsys
 ):
     def unwritable_store(*args):
         raise OSError("attempt to write a readonly database")
@@ -478,9 +459,9 @@ def test_failing_optional_steps_are_warnings_not_a_failed_run(
         raise RuntimeError("no display")
 
     monkeypatch.setattr(train, "_log_to_mlflow", unwritable_store)
-    monkeypatch.setattr(train, "plot_loss_curves", no_figure)
-    data, out = _tiny_images(tmp_path / "own"), tmp_path / "runs"
-    train.main(_own(data, out, "--mlflow"))
+    monkeypatch.setattr(runs, "plot_loss_curves", no_figure)
+    out = tmp_path / "runs"
+    train.main(_own(tiny_image_folder, out, "--mlflow"))
     err = capsys.readouterr().err
     assert "[WARNING] Logging to MLflow failed (OSError: attempt to write" in err
     assert "[WARNING] Plotting loss_curves.png failed (RuntimeError: no display)" in err
@@ -491,21 +472,22 @@ def test_failing_optional_steps_are_warnings_not_a_failed_run(
 
 
 def test_a_corrupt_image_in_a_later_epoch_keeps_the_finished_ones(
-    tmp_path, monkeypatch, capsys
+    tiny_image_folder, tmp_path, monkeypatch, capsys, no_plots
 ):
-    data, out = _tiny_images(tmp_path / "own"), tmp_path / "runs"
-    victim = data / "train" / "a" / "0.png"
+    out = tmp_path / "runs"
+    victim = tiny_image_folder / "train" / "a" / "0.png"
     good = victim.read_bytes()
-    save = engine._save_checkpoint
 
     def corrupt_after_epoch_1(checkpoint_dir, epoch, *args, **kwargs):
-        save(checkpoint_dir, epoch, *args, **kwargs)
+        save_checkpoint(checkpoint_dir, epoch, *args, **kwargs)
         if epoch == 1:
             victim.write_bytes(b"\xff\xd8 no jpeg")
 
-    monkeypatch.setattr(engine, "_save_checkpoint", corrupt_after_epoch_1)
+    monkeypatch.setattr(
+        "going_modular.checkpoint.save_checkpoint", corrupt_after_epoch_1
+    )
     with pytest.raises(SystemExit) as info:
-        train.main(_own(data, out))
+        train.main(_own(tiny_image_folder, out))
     assert info.value.code == 1
     err = capsys.readouterr().err
     (run,) = _run_dirs(out)
@@ -516,7 +498,7 @@ def test_a_corrupt_image_in_a_later_epoch_keeps_the_finished_ones(
     assert results["status"] == "failed" and "0.png" in results["error"]
     assert results["epochs_completed"] == len(results["train_loss"]) == 1
     assert runs.pair_matches(run) and (out / "latest").resolve() == run
-    assert utils.load_checkpoint(run / "model.pth")["extra"]["status"] == "failed"
+    assert _checkpoint(run / "model.pth")["extra"]["status"] == "failed"
     victim.write_bytes(good)  # the image fixed, the run continues where it stopped
     train.main(["--resume", str(run)])
     results = json.loads((run / "results.json").read_text())
@@ -525,7 +507,7 @@ def test_a_corrupt_image_in_a_later_epoch_keeps_the_finished_ones(
 
 
 def test_a_full_disk_at_save_is_one_message_and_resume_finishes_the_save(
-    tmp_path, monkeypatch, capsys
+    tiny_image_folder, tmp_path, monkeypatch, capsys, no_plots
 ):
     real_save = torch.save
 
@@ -535,9 +517,9 @@ def test_a_full_disk_at_save_is_one_message_and_resume_finishes_the_save(
         return real_save(obj, f, *args, **kwargs)
 
     monkeypatch.setattr(torch, "save", full_disk)
-    data, out = _tiny_images(tmp_path / "own"), tmp_path / "runs"
+    out = tmp_path / "runs"
     with pytest.raises(SystemExit) as info:
-        train.main(_own(data, out))
+        train.main(_own(tiny_image_folder, out))
     assert info.value.code == 1
     (run,) = _run_dirs(out)
     err = capsys.readouterr().err.strip()
@@ -556,21 +538,44 @@ def test_a_full_disk_at_save_is_one_message_and_resume_finishes_the_save(
     assert runs.pair_matches(run) and not (run / "checkpoint.pth").exists()
 
 
-def test_output_dir_among_the_images_is_refused(tmp_path, capsys):
-    data = _tiny_images(tmp_path / "own")
-    with pytest.raises(SystemExit) as info:
-        train.main(_own(data, data / "train" / "a" / "runs"))
+# --- Runs never overwrite runs; nothing finished is lost -----------------------------------------
+
+
+def test_runs_never_overwrite_each_other_nor_touch_backups(
+    tiny_image_folder, tmp_path, no_plots
+):
+    out = tmp_path / "runs"
+    out.mkdir()
+    backups = [out / ".model.pth-20240101", out / ".results.json-20240101"]
+    for backup in backups:
+        backup.write_text("my backup")
+    train.main(_own(tiny_image_folder, out))
+    (first,) = _run_dirs(out)
+    before = {p.name: p.read_bytes() for p in first.iterdir()}
+    train.main(_own(tiny_image_folder, out, "--seed", "7"))
+    second = next(p for p in _run_dirs(out) if p != first)
+    assert {p.name: p.read_bytes() for p in first.iterdir()} == before
+    assert (out / "latest").resolve() == second
+    assert runs.pair_matches(first) and runs.pair_matches(second)
+    assert [b.read_text() for b in backups] == ["my backup"] * 2
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        [b.name for b in backups] + [first.name, second.name, "latest"]
+    )  # no previous/ folder, no lock left behind
+
+
+def test_a_second_run_into_a_busy_output_dir_is_refused(
+    tiny_image_folder, tmp_path, capsys, dead_pid, no_plots
+):
+    out = tmp_path / "runs"
+    with runs.OutputLock(out):
+        with pytest.raises(SystemExit) as info:
+            train.main(_own(tiny_image_folder, out))
     assert info.value.code == 2
-    assert "is inside" in capsys.readouterr().err
-    assert not (data / "train" / "a" / "runs").exists()
-
-
-def test_figures_are_closed_after_saving(tmp_path):
-    current = train._Run(tmp_path, {"model": "tinyvgg", "data": "mnist"}, None, 28)
-    results = {key: [1.0, 0.5] for key in engine.RESULT_KEYS}
-    with warnings.catch_warnings(), plt.rc_context({"figure.max_open_warning": 2}):
-        warnings.simplefilter("error")  # "More than 2 figures have been opened"
-        for _ in range(4):
-            current._plot(results)
-    assert plt.get_fignums() == []
-    assert (tmp_path / "loss_curves.png").read_bytes()[:4] == b"\x89PNG"
+    assert f"is in use: process {os.getpid()} is training into it" in (
+        capsys.readouterr().err
+    )
+    assert _run_dirs(out) == []
+    (out / runs.LOCK).write_text(f"{dead_pid} 2024-01-01 00:00:00\n")
+    train.main(_own(tiny_image_folder, out))  # a killed run's lock is taken over
+    assert "which has ended" in capsys.readouterr().out
+    assert len(_run_dirs(out)) == 1 and not (out / runs.LOCK).exists()

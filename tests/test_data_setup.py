@@ -1,5 +1,6 @@
-"""Images read as they are: link loops, 16-bit and float depth, decompression bombs, every
-image checked before the first epoch, one-class and empty-class folders."""
+"""going_modular.data_setup: loaders of an ImageFolder and of any two datasets, and images read
+as they are: link loops, 16-bit and float depth, decompression bombs, every image checked
+before the first epoch, hidden, one-class and empty-class folders, bad arguments."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ import zlib
 
 import numpy as np
 import pytest
+import torch
 from PIL import Image
+from torch.utils.data import TensorDataset
 from torchvision import transforms
 
 from going_modular import data_setup
@@ -210,3 +213,103 @@ def test_an_empty_class_folder_names_its_split_and_path(tmp_path, split):
         match=rf"Class folder {empty} \({split} split\) holds no images",
     ):
         _loaders(train_dir, test_dir)
+
+
+# Loaders and their arguments --------------------------------------------------------------
+
+
+def test_create_dataloaders(texture_photos):
+    to_64 = transforms.Compose([transforms.Resize((64, 64)), transforms.ToTensor()])
+    train_dl, test_dl, class_names = data_setup.create_dataloaders(
+        texture_photos / "train", texture_photos / "test", to_64, 32, num_workers=0
+    )
+    assert class_names == ["brick", "grass", "gravel"]
+    X, y = next(iter(train_dl))
+    assert X.shape == (32, 3, 64, 64) and y.shape == (32,)
+    assert len(train_dl.dataset) == 225 and len(test_dl.dataset) == 75
+
+
+def test_train_test_loaders_seed_collate_and_test_batch_size():
+    train = TensorDataset(torch.arange(10))
+    test = TensorDataset(torch.arange(5))
+
+    def first_batch(seed):
+        loader, _ = data_setup.train_test_loaders(train, test, 4, seed=seed)
+        return next(iter(loader))[0]
+
+    assert torch.equal(first_batch(3), first_batch(3))
+    assert not torch.equal(first_batch(3), first_batch(4))
+    _, test_dl = data_setup.train_test_loaders(
+        train, test, 4, test_batch_size=5, collate_fn=lambda items: len(items)
+    )
+    assert list(test_dl) == [5]
+
+
+@pytest.mark.parametrize(
+    ("batch_size", "num_workers", "message"),
+    [
+        (0, 0, "batch_size must be a positive integer, got 0"),
+        (2, -1, "num_workers must be 0 or more, got -1"),
+    ],
+)
+def test_bad_loader_arguments_are_named(tmp_path, batch_size, num_workers, message):
+    train_dir, test_dir = _two_splits(tmp_path)
+    with pytest.raises(ValueError, match=message):
+        data_setup.create_dataloaders(
+            train_dir, test_dir, TO_TENSOR, batch_size, num_workers
+        )
+
+
+def test_missing_folder_says_what_to_do(tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist.*get_food_data"):
+        _loaders(tmp_path / "nope", tmp_path / "nope")
+
+
+def test_folder_without_classes(tmp_path):
+    (tmp_path / "train").mkdir()
+    (tmp_path / "train" / "loose.jpg").write_bytes(b"")
+    with pytest.raises(ValueError, match="no class subfolders"):
+        _loaders(tmp_path / "train", tmp_path / "train")
+
+
+def test_mismatched_classes(tmp_path):
+    _images(tmp_path / "train" / "a", 1)
+    _images(tmp_path / "test" / "b", 1)
+    with pytest.raises(ValueError, match="differ"):
+        _loaders(tmp_path / "train", tmp_path / "test")
+
+
+# Hidden files and folders -----------------------------------------------------------------
+
+
+def test_hidden_folders_and_files_are_never_classes_or_samples(tmp_path):
+    for folder, count in {
+        "train/.ipynb_checkpoints": 1,  # would sort first and become class 0
+        "train/pizza": 2,
+        "train/pizza/.ipynb_checkpoints": 1,
+        "train/sushi": 3,
+        "test/pizza": 1,
+        "test/sushi": 1,
+    }.items():
+        _images(tmp_path / folder, count)
+    Image.new("RGB", (8, 8)).save(tmp_path / "train" / "sushi" / "._img0.png")
+    train_dl, test_dl, classes = _loaders(tmp_path / "train", tmp_path / "test")
+    assert classes == ["pizza", "sushi"] == test_dl.dataset.classes
+    assert sorted(t for _, t in train_dl.dataset.samples) == [0, 0, 1, 1, 1]
+    assert [t for _, t in test_dl.dataset.samples] == [0, 1]
+    assert not any("/." in path for path, _ in train_dl.dataset.samples)
+
+
+def test_walk_through_dir_counts_and_skips_hidden_folders(
+    texture_photos, tmp_path, capsys
+):
+    data_setup.walk_through_dir(texture_photos)
+    out = capsys.readouterr().out
+    assert "There are 2 directories and 0 images" in out
+    assert "There are 0 directories and 75 images" in out
+    _images(tmp_path / "pizza", 2)
+    _images(tmp_path / ".ipynb_checkpoints", 1)
+    data_setup.walk_through_dir(tmp_path)
+    out = capsys.readouterr().out
+    assert "There are 1 directories and 0 images" in out
+    assert "checkpoints" not in out

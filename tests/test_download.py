@@ -7,8 +7,6 @@ import io
 import os
 import shutil
 import struct
-import subprocess
-import sys
 import threading
 import time
 import zipfile
@@ -17,7 +15,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from going_modular import download
-from going_modular.download import DownloadError, download_data, sha256_of
+from going_modular.download import DownloadError, download_data
+from going_modular.files import sha256_of
 
 
 def _zip(members: dict[str, bytes]) -> bytes:
@@ -232,14 +231,8 @@ def test_filesystem_errors_are_download_errors(server, online, tmp_path):
     assert "data_dir=" in message
 
 
-def test_temporaries_of_a_killed_download_are_removed(tmp_path):
-    gone = subprocess.run(
-        [sys.executable, "-c", "import os; print(os.getpid())"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    dead = tmp_path / f".food.partial-{int(gone.stdout)}-abcd1234"
+def test_temporaries_of_a_killed_download_are_removed(tmp_path, dead_pid):
+    dead = tmp_path / f".food.partial-{dead_pid}-abcd1234"
     ours = tmp_path / f".food.partial-{os.getpid()}-abcd1234"  # a download in progress
     other = tmp_path / ".food-extra.partial-1-abcd1234"  # another destination's name
     backups = [tmp_path / ".food-20240101", tmp_path / ".food-x1y2z3_w"]  # a user's

@@ -9,42 +9,39 @@ import numpy as np
 import pytest
 
 from going_modular.models import build_model
-from going_modular.models.cct import CCT, CVT, DropPath, TextCCT, ViTLite
+from going_modular.models.cct import CCT, CVT, ViTLite
+from going_modular.models.layers import DropPath
+from going_modular.models.text_cct import TextCCT
 from going_modular.models.tinyvgg import TinyVGG
 from going_modular.models.vit import ViT
 from going_modular.models.vitbn import ViTBN
 
 SMALL_VIT = dict(
-    img_size=32,
-    patch_size=8,
-    num_transformer_layers=1,
-    embedding_dim=32,
-    mlp_size=64,
-    num_heads=2,
-    num_classes=3,
+    img_size=32, patch_size=8, depth=1, dim=32, mlp_ratio=2.0, heads=2, num_classes=3
 )
-SMALL_CCT = dict(img_size=32, embedding_dim=32, num_layers=1, num_heads=2)
-SMALL_VITBN = dict(image_size=28, patch_size=7, dim=16, depth=1, heads=2, dim_head=8)
+SMALL_CCT = dict(img_size=32, dim=32, depth=1, heads=2)
+SMALL_VITBN = dict(img_size=28, patch_size=7, dim=16, depth=1, heads=2, head_dim=8)
 SMALL_TEXT = dict(vocab_size=50, num_classes=2, seq_len=16, word_embedding_dim=8)
 
 
 @pytest.mark.parametrize(
     ("changes", "name"),
     [
-        ({"num_heads": 0}, "num_heads"),
+        ({"heads": 0}, "heads must be a positive integer"),
         ({"patch_size": 0}, "patch_size"),
         ({"img_size": -32}, "img_size"),
-        ({"embedding_dim": -8}, "embedding_dim"),
-        ({"embedding_dim": 33}, "not divisible by num_heads"),
+        ({"dim": -8}, "dim must be a positive integer"),
+        ({"dim": 33}, "dim=33 is not divisible by heads=2"),
         ({"img_size": 30}, "not divisible by patch size"),
-        ({"num_transformer_layers": 0}, "num_transformer_layers"),
-        ({"mlp_size": 0}, "mlp_size"),
+        ({"depth": 0}, "depth"),
+        ({"mlp_ratio": 0}, "mlp_ratio must be a positive number"),
+        ({"mlp_ratio": 0.01}, "mlp_ratio=0.01 gives an MLP of width"),
         ({"num_classes": 0}, "num_classes"),
         ({"in_channels": 0}, "in_channels"),
         ({"patch_size": 2.5}, "patch_size"),
-        ({"attn_dropout": 1.0}, "attn_dropout"),
-        ({"mlp_dropout": -0.1}, "mlp_dropout"),
-        ({"embedding_dropout": math.nan}, "embedding_dropout"),
+        ({"attn_drop_rate": 1.0}, "attn_drop_rate"),
+        ({"drop_rate": -0.1}, "drop_rate"),
+        ({"pos_drop_rate": math.nan}, "pos_drop_rate"),
         ({"layer_norm_eps": 0}, "layer_norm_eps"),
     ],
 )
@@ -57,19 +54,21 @@ def test_vit(changes, name):
 @pytest.mark.parametrize(
     ("changes", "name"),
     [
-        ({"num_heads": 0}, "num_heads"),
-        ({"embedding_dim": 0}, "embedding_dim"),
-        ({"embedding_dim": 33}, "not divisible by num_heads"),
-        ({"num_layers": 0}, "num_layers"),
+        ({"heads": 0}, "heads must be a positive integer"),
+        ({"dim": 0}, "dim must be a positive integer"),
+        ({"dim": 33}, "dim=33 is not divisible by heads=2"),
+        ({"depth": 0}, "depth"),
         ({"num_classes": -1}, "num_classes"),
         ({"img_size": 0}, "img_size"),
         ({"img_size": (32, -32)}, "img_size"),
         ({"in_channels": 0}, "in_channels"),
         ({"mlp_ratio": 0}, "mlp_ratio"),
         ({"mlp_ratio": 0.01}, "mlp_ratio"),
-        ({"stochastic_depth": 1.5}, "stochastic_depth"),
-        ({"dropout": 1.0}, "dropout"),
-        ({"attention_dropout": -0.5}, "attention_dropout"),
+        ({"drop_path_rate": 1.5}, "drop_path_rate"),
+        ({"drop_rate": 1.0}, "drop_rate"),
+        ({"attn_drop_rate": -0.5}, "attn_drop_rate"),
+        ({"pos_embed": "rotary"}, "pos_embed"),
+        ({"pool": "max"}, "pool"),
     ],
 )
 def test_compact_transformers(cls, changes, name):
@@ -102,10 +101,10 @@ def test_tokenizers(cls, changes, name):
         ({"seq_len": 0}, "seq_len"),
         ({"seq_len": 1, "kernel_size": 4, "padding": 0}, "seq_len=1 leaves no tokens"),
         ({"word_embedding_dim": -3}, "word_embedding_dim"),
-        ({"num_heads": 0}, "num_heads"),
+        ({"heads": 0}, "heads"),
         ({"kernel_size": 0}, "kernel_size"),
         ({"pooling_stride": 0}, "pooling_stride"),
-        ({"stochastic_depth": 1.0}, "stochastic_depth"),
+        ({"drop_path_rate": 1.0}, "drop_path_rate"),
     ],
 )
 def test_text_cct(changes, name):
@@ -117,16 +116,17 @@ def test_text_cct(changes, name):
     ("changes", "name"),
     [
         ({"heads": 0}, "heads"),
-        ({"dim_head": 0}, "dim_head"),
+        ({"head_dim": 0}, "head_dim"),
         ({"patch_size": 0}, "patch_size"),
-        ({"image_size": -28}, "image_size"),
+        ({"img_size": -28}, "img_size"),
         ({"depth": 0}, "depth"),
         ({"dim": -1}, "dim"),
-        ({"mlp_dim": 0}, "mlp_dim"),
-        ({"channels": 0}, "channels"),
+        ({"mlp_ratio": 0}, "mlp_ratio"),
+        ({"in_channels": 0}, "in_channels"),
         ({"num_classes": 0}, "num_classes"),
-        ({"dropout": 1.0}, "dropout"),
-        ({"emb_dropout": 2.0}, "emb_dropout"),
+        ({"drop_rate": 1.0}, "drop_rate"),
+        ({"attn_drop_rate": 1.0}, "attn_drop_rate"),
+        ({"pos_drop_rate": 2.0}, "pos_drop_rate"),
     ],
 )
 def test_vitbn(changes, name):
@@ -156,8 +156,8 @@ def test_drop_path_of_one_is_refused():
 @pytest.mark.parametrize(
     ("name", "kwargs", "param"),
     [
-        ("vit_tiny", {"num_heads": 0}, "num_heads"),
-        ("cct_2_3x2", {"stochastic_depth": 1.5}, "stochastic_depth"),
+        ("vit_tiny", {"heads": 0}, "heads"),
+        ("cct_2_3x2", {"drop_path_rate": 1.5}, "drop_path_rate"),
         ("vitbn", {"heads": 0}, "heads"),
         ("tinyvgg", {"hidden_units": 0}, "hidden_units"),
     ],
@@ -168,6 +168,6 @@ def test_registered_factories_pass_the_checks_on(name, kwargs, param):
 
 
 def test_numpy_integers_and_good_values_are_accepted():
-    model = ViT(**(SMALL_VIT | {"num_heads": np.int64(2)}))
+    model = ViT(**(SMALL_VIT | {"heads": np.int64(2)}))
     assert model.num_patches == 16
     assert CCT(**SMALL_CCT).grid_size == (16, 16)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -80,11 +82,12 @@ def test_plot_loss_curves_and_compare_runs():
     assert [line.get_label() for line in fig.axes[1].get_lines()] == ["a", "b"]
 
 
-def test_helper_functions_reexport_the_package():
-    from going_modular import download, utils
-
-    assert helper_functions.download_data is download.download_data
-    assert helper_functions.set_seeds is utils.set_seeds
+def test_helper_functions_reexport_the_package_under_the_same_names():
+    """One name per helper: each is the package's own function, not an alias."""
+    for name in helper_functions.__all__:
+        helper = getattr(helper_functions, name)
+        assert helper.__module__.startswith("going_modular."), name
+        assert getattr(importlib.import_module(helper.__module__), name) is helper, name
     assert helper_functions.plot_loss_curves is plots.plot_loss_curves
 
 

@@ -1,4 +1,4 @@
-"""Run folders: atomic writes, temporaries of this code only, the lock, ``latest``."""
+"""Run folders: the lock, ``latest``, a model and its results saved as a pair."""
 
 from __future__ import annotations
 
@@ -7,55 +7,12 @@ import os
 import signal
 import subprocess
 import sys
+import warnings
 
+import matplotlib.pyplot as plt
 import pytest
 
-from going_modular import runs
-
-
-def _dead_pid() -> int:
-    done = subprocess.run(
-        [sys.executable, "-c", "import os; print(os.getpid())"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return int(done.stdout)
-
-
-def test_atomic_write_replaces_whole_or_not_at_all(tmp_path):
-    path = tmp_path / "results.json"
-    runs.write_json(path, {"epochs": 1})
-    with pytest.raises(ValueError, match="Out of range float values"):
-        runs.write_json(path, {"loss": float("nan")})  # strict JSON: never written
-
-    def cut_short(f):
-        f.write(b'{"half": ')
-        raise OSError(28, "No space left on device")
-
-    with pytest.raises(OSError) as info:
-        runs.atomic_write(path, cut_short)
-    assert info.value.filename == str(path)  # the message names the file
-    assert json.loads(path.read_text()) == {"epochs": 1}
-    assert [p.name for p in tmp_path.iterdir()] == ["results.json"]  # no temporary
-
-
-def test_a_write_removes_only_this_codes_temporaries_of_ended_processes(tmp_path):
-    prefix = ".results.json.partial-"
-    dead = tmp_path / f"{prefix}{_dead_pid()}-abcd1234"
-    ours = tmp_path / f"{prefix}{os.getpid()}-zzzz9999"  # a write in progress
-    users = [
-        ".results.json-20240101",  # the backups the earlier cleanup deleted
-        ".results.json-k2j3h4_x",
-        f"{prefix}notes.txt",
-        f"{prefix}{_dead_pid()}-abcd1234.bak",
-    ]
-    for path in (dead, ours, *(tmp_path / name for name in users)):
-        path.write_bytes(b"partial")
-    runs.write_json(tmp_path / "results.json", {"epochs": 1})
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
-        [ours.name, *users, "results.json"]
-    )
+from going_modular import engine, files, runs
 
 
 def test_each_run_gets_a_new_folder_and_latest_points_to_it(tmp_path):
@@ -91,14 +48,14 @@ def test_latest_that_is_a_real_folder_is_left_alone(tmp_path):
 
 
 def test_the_lock_refuses_a_second_holder_and_is_taken_over_from_a_dead_one(
-    tmp_path, capsys
+    tmp_path, capsys, dead_pid
 ):
     with runs.OutputLock(tmp_path) as lock:
         assert lock.locked
         with pytest.raises(runs.RunLockedError, match=f"process {os.getpid()}"):
             runs.OutputLock(tmp_path).acquire()
     assert not (tmp_path / runs.LOCK).exists()
-    dead = _dead_pid()
+    dead = dead_pid
     (tmp_path / runs.LOCK).write_text(f"{dead} 2024-01-01 00:00:00\n")
     with runs.OutputLock(tmp_path) as lock:
         assert lock.took_over == dead
@@ -134,7 +91,7 @@ def test_the_lock_is_released_when_its_process_is_killed(tmp_path):
 
 def test_a_pair_matches_only_the_model_it_was_saved_with(tmp_path):
     def write_model(folder):
-        return runs.atomic_write(folder / runs.MODEL, lambda f: f.write(b"weights 1"))
+        return files.atomic_write(folder / runs.MODEL, lambda f: f.write(b"weights 1"))
 
     runs.save_pair(tmp_path, write_model, {"status": "complete"}, {"test_acc": [0.5]})
     saved = json.loads((tmp_path / runs.RESULTS).read_text())
@@ -157,3 +114,35 @@ def test_exit_codes_follow_the_signal():
     assert runs.exit_code(KeyboardInterrupt()) == 130
     assert runs.exit_code(runs.StopSignal(signal.SIGTERM)) == 143
     assert runs.exit_code(runs.StopSignal(signal.SIGHUP)) == 129
+
+
+def test_figures_are_closed_after_saving(tmp_path):
+    plt.close("all")  # figures other tests in this process left open are not ours
+    current = runs.Run(tmp_path, {"model": "tinyvgg", "data": "mnist"}, None, 28)
+    results = {key: [1.0, 0.5] for key in engine.RESULT_KEYS}
+    with warnings.catch_warnings(), plt.rc_context({"figure.max_open_warning": 2}):
+        warnings.simplefilter("error")  # "More than 2 figures have been opened"
+        for _ in range(4):
+            current._plot(results)
+    assert plt.get_fignums() == []
+    assert (tmp_path / "loss_curves.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_failing_optional_step_is_one_warning(capsys):
+    def fails():
+        raise OSError("read-only file system")
+
+    runs.optional_step("Updating the 'latest' pointer", fails)
+    assert capsys.readouterr().err == (
+        "[WARNING] Updating the 'latest' pointer failed (OSError: read-only file "
+        "system); the run itself is saved and its status is unchanged.\n"
+    )
+
+
+def test_a_full_disk_is_described_plainly():
+    full = OSError(28, "No space left on device", "/runs/x/model.pth")
+    assert runs.describe_error(full) == (
+        "No space left on device while writing /runs/x/model.pth: free some space (or "
+        "fix the folder)."
+    )
+    assert runs.describe_error(ValueError("bad image")) == "bad image"

@@ -81,7 +81,7 @@ def test_bad_value_is_explained(monkeypatch, name, value, match):
 
 
 @pytest.mark.parametrize("name", settings.SETTINGS)
-def test_describe_is_at_most_three_short_lines(monkeypatch, name):
+def test_describe_setting_is_at_most_three_short_lines(monkeypatch, name):
     monkeypatch.setenv("BOOK_SETTING", name)
     monkeypatch.setattr(
         settings, "hardware", lambda: "cpu (" + "a very long CPU model name " * 5 + ")"
@@ -89,15 +89,15 @@ def test_describe_is_at_most_three_short_lines(monkeypatch, name):
     for dry_run in ("0", "1"):
         monkeypatch.setenv("BOOK_DRY_RUN", dry_run)
         monkeypatch.setenv("BOOK_FIXTURES", dry_run)
-        lines = settings.describe().splitlines()
+        lines = settings.describe_setting().splitlines()
         assert 2 <= len(lines) <= 3 and all(len(line) <= 80 for line in lines)
         assert lines[0].startswith(f"Setting: {name.upper()}")
         assert ("FIXTURES" in lines[-1]) == (dry_run == "1")
 
 
-def test_describe_names_setting_network_and_hardware(monkeypatch):
+def test_describe_setting_names_setting_network_and_hardware(monkeypatch):
     monkeypatch.setenv("BOOK_SETTING", "quick")
-    text = settings.describe()
+    text = settings.describe_setting()
     assert text.startswith("Setting: QUICK")
     assert "offline" in text and "cpu (" in text and "cores" in text
 
@@ -153,7 +153,7 @@ def test_fixtures_are_announced_loudly(monkeypatch, capsys):
     assert capsys.readouterr().out.startswith("[FIXTURE] CIFAR-10: random images")
 
 
-def test_run_report_times_the_chapter_from_its_first_describe(monkeypatch):
+def test_run_report_times_the_chapter_from_its_first_describe_setting(monkeypatch):
     monkeypatch.setenv("BOOK_SETTING", "cpu")
     monkeypatch.setattr(settings, "_START", {})
     with pytest.raises(RuntimeError, match="describe"):
@@ -161,8 +161,8 @@ def test_run_report_times_the_chapter_from_its_first_describe(monkeypatch):
     clock = iter([100.0, 400.0])
     monkeypatch.setattr(settings.time, "monotonic", lambda: next(clock))
     monkeypatch.setattr(settings, "_load", lambda: (0.25, 1.5, 1.75))
-    settings.describe()
-    settings.describe()  # a second call does not restart the clock
+    settings.describe_setting()
+    settings.describe_setting()  # a second call does not restart the clock
     first, second = settings.run_report().splitlines()
     assert first.startswith("This chapter ran in 5.0 min (cpu setting, ")
     assert second == (

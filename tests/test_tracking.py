@@ -7,7 +7,7 @@ import torch
 
 from going_modular import tracking
 from going_modular.experiments import tensor_loaders
-from going_modular.models import build_model
+from going_modular.recipe import Recipe
 
 
 @pytest.fixture
@@ -32,13 +32,11 @@ def test_a_tiny_run_is_logged_and_read_back(store):
     torch.manual_seed(0)
     x, y = torch.randn(40, 1, 28, 28), torch.randint(0, 10, (40,))
     train, test = tensor_loaders((x, y), (x[:20], y[:20]), batch_size=20)
-    model = build_model("vitbn", depth=1, dim=16, heads=2, dim_head=8, mlp_dim=32)
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(784, 10))
+    recipe = Recipe(optimizer=torch.optim.Adam, lr=1e-3, epochs=3)
     params = {"model": "vitbn", "lr": 1e-3, "batch_size": 20}
     with tracking.start_run("tiny", "vitbn lr=1e-3", params):
-        history = tracking.fit_logged(
-            model, train, test, optimizer, epochs=3, progress=False
-        )
+        history = tracking.fit_logged(model, train, test, recipe, progress=False)
     assert len(history["test_acc"]) == 3
 
     runs = tracking.read_runs("tiny")
@@ -68,7 +66,7 @@ def test_log_results_uses_epochs_as_steps(store):
 
 def test_fit_logged_needs_a_run(store):
     with pytest.raises(RuntimeError, match="start_run"):
-        tracking.fit_logged(torch.nn.Linear(1, 1), [], [], None, epochs=1)
+        tracking.fit_logged(torch.nn.Linear(1, 1), [], [], Recipe())
 
 
 def test_missing_experiment_reads_as_empty(store):
@@ -87,23 +85,25 @@ def test_the_cli_logs_its_options_and_epochs(store):
     assert runs.loc[0, "metrics.test_acc"] == pytest.approx(0.6)
 
 
-def test_a_diverging_run_is_tagged_and_stops(store, monkeypatch):
-    from going_modular import engine
-
+def test_a_diverging_run_is_tagged_and_stops(store):
     calls = []
 
-    def train_step(*args, **kwargs):
+    def poison_epoch_2(X, y):  # one batch per epoch: a NaN input in the second
         calls.append(1)
-        if len(calls) == 2:
-            raise FloatingPointError("The training loss became nan")
-        return 1.0, 0.5
+        return (X * float("nan") if len(calls) == 2 else X), y
 
-    monkeypatch.setattr(engine, "train_step", train_step)
-    monkeypatch.setattr(engine, "test_step", lambda *a, **k: (1.0, 0.25))
+    torch.manual_seed(0)
+    x, y = torch.randn(20, 1, 28, 28), torch.randint(0, 10, (20,))
+    train, test = tensor_loaders((x, y), (x, y), batch_size=20)
+    recipe = Recipe(epochs=5, batch_transform=poison_epoch_2)
     with tracking.start_run("diverging", "nan"):
         history = tracking.fit_logged(
-            torch.nn.Linear(1, 1), [], [], None, epochs=5, progress=False
+            torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(784, 10)),
+            train,
+            test,
+            recipe,
+            progress=False,
         )
-    assert history["test_acc"] == [0.25] and len(calls) == 2
+    assert len(history["test_acc"]) == 1 and len(calls) == 2
     runs = tracking.read_runs("diverging")
     assert runs.loc[0, "tags.diverged"] == "2"

@@ -1,12 +1,10 @@
-"""Seeds and checkpoints."""
+"""Seeds, the device and checkpoints (``going_modular.utils``)."""
 
 from __future__ import annotations
 
 import os
 import random
 import stat
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -38,7 +36,7 @@ def test_checkpoint_round_trip_gives_identical_predictions(tmp_path):
     assert torch.equal(model(x), rebuilt(x))
     into = build_model("tinyvgg", num_classes=3, img_size=32)
     assert torch.equal(model(x), utils.load_model(path, into).eval()(x))
-    assert utils.load_checkpoint(path)["class_names"] == ["a", "b", "c"]
+    assert torch.load(path, weights_only=True)["class_names"] == ["a", "b", "c"]
 
 
 def test_checkpoint_that_does_not_fit_the_model(tmp_path):
@@ -69,8 +67,10 @@ def test_unknown_model_name():
         build_model("resnet9000")
 
 
-def test_get_device():
-    assert utils.get_device().type in {"cpu", "cuda"}
+@pytest.mark.parametrize("cuda", [True, False])
+def test_get_device_is_cuda_exactly_when_there_is_a_gpu(cuda, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+    assert utils.get_device() == torch.device("cuda" if cuda else "cpu")
 
 
 def _tiny():
@@ -87,7 +87,7 @@ def test_broken_checkpoint_files_say_what_they_are(tmp_path):
     for name, (content, message) in cases.items():
         (tmp_path / name).write_bytes(content)
         with pytest.raises(ValueError, match=f"Cannot load .*{name}: it {message}"):
-            utils.load_checkpoint(tmp_path / name)
+            utils.load_model(tmp_path / name, _tiny())
     torch.save(torch.nn.Linear(1, 1), tmp_path / "pickled.pth")
     with pytest.raises(ValueError, match="holds Python objects besides tensors"):
         utils.load_model(tmp_path / "pickled.pth")
@@ -114,18 +114,8 @@ def test_checkpoints_get_the_umask_permissions(tmp_path):
     assert stat.S_IMODE(path.stat().st_mode) == 0o640
 
 
-def _dead_pid() -> int:
-    done = subprocess.run(
-        [sys.executable, "-c", "import os; print(os.getpid())"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return int(done.stdout)
-
-
-def test_temporaries_of_an_interrupted_save_are_removed_next_time(tmp_path):
-    dead = tmp_path / f".model.pth.partial-{_dead_pid()}-abcd1234"
+def test_temporaries_of_an_interrupted_save_are_removed_next_time(tmp_path, dead_pid):
+    dead = tmp_path / f".model.pth.partial-{dead_pid}-abcd1234"
     ours = tmp_path / f".model.pth.partial-{os.getpid()}-zzzz9999"  # a save in progress
     backups = [".model.pth-20240101", ".model.pth-k2j3h4_x", ".model.pth-notes.txt"]
     for path in (dead, ours, *(tmp_path / name for name in backups)):
@@ -188,7 +178,7 @@ def test_a_bogus_device_is_reported_as_such(tmp_path):
 def test_a_checkpoint_of_an_unknown_format_is_refused(tmp_path):
     path = _checkpoint(tmp_path, format=99)
     with pytest.raises(ValueError, match="format 99; this version of going_modular"):
-        utils.load_checkpoint(path)
+        utils.load_model(path)
 
 
 def test_nan_weights_are_refused_on_load(tmp_path):

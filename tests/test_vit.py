@@ -1,6 +1,9 @@
-"""Tests for going_modular.models.vit: shapes, parameter counts, and agreement with torch/torchvision."""
+"""Tests for going_modular.models.vit: shapes, parameter counts, and agreement with torch,
+torchvision, timm and the chapters' classes."""
 
 from __future__ import annotations
+
+from functools import partial
 
 import pytest
 import torch
@@ -9,24 +12,19 @@ import torchvision
 from torch import nn
 
 from going_modular.models import build_model, list_models
+from going_modular.models.complexity import count_params
+from going_modular.models.layers import Block, load_renamed
 from going_modular.models.vit import (
-    MLPBlock,
-    MultiheadSelfAttentionBlock,
+    CHAPTER_KEYS,
     PatchEmbedding,
-    TransformerEncoderBlock,
     ViT,
     load_encoder_layer,
-    load_multihead_attention,
     load_torchvision_weights,
     vit_b_16,
     vit_h_14,
     vit_l_16,
     vit_tiny,
 )
-
-
-def n_params(model: nn.Module) -> int:
-    return sum(p.numel() for p in model.parameters())
 
 
 def randomize_(module: nn.Module) -> None:
@@ -61,8 +59,8 @@ def vit_b16_pair() -> tuple[ViT, torchvision.models.VisionTransformer]:
 
 
 def test_patch_embedding_shape() -> None:
-    embed = PatchEmbedding(in_channels=3, patch_size=16, embedding_dim=768)
-    assert embed.patcher.weight.shape == (768, 3, 16, 16)
+    embed = PatchEmbedding(in_channels=3, patch_size=16, dim=768)
+    assert embed.proj.weight.shape == (768, 3, 16, 16)
     assert embed(torch.randn(2, 3, 224, 224)).shape == (2, 196, 768)
 
 
@@ -70,32 +68,27 @@ def test_vit_b16_shapes_at_every_block(vit_b16_pair: tuple[ViT, nn.Module]) -> N
     model, _ = vit_b16_pair
     x = torch.randn(2, 3, 224, 224)
     with torch.no_grad():
-        patches = model.patch_embedding(x)
+        patches = model.patch_embed(x)
         z = model._embed(x)
-        block = model.encoder[0]
-        attended = block.msa_block(z)
-        mlp_out = block.mlp_block(attended + z)
+        block = model.blocks[0]
         z1 = block(z)
         features = model.forward_features(x)
         logits = model(x)
     assert patches.shape == (2, 196, 768)
-    assert z.shape == (2, 197, 768)
-    assert model.class_embedding.shape == (1, 1, 768)
-    assert model.position_embedding.shape == (1, 197, 768)
-    assert attended.shape == mlp_out.shape == z1.shape == (2, 197, 768)
-    torch.testing.assert_close(z1, attended + z + mlp_out)
-    assert features.shape == (2, 197, 768)
+    assert z.shape == z1.shape == features.shape == (2, 197, 768)
+    assert model.cls_token.shape == (1, 1, 768)
+    assert model.pos_embed.shape == (1, 197, 768)
     assert logits.shape == (2, 1000)
-    assert len(model.encoder) == 12
+    assert len(model.blocks) == 12 and block.mlp.fc1.out_features == 3072
 
 
 def test_vit_tiny_other_sizes() -> None:
     model = vit_tiny(num_classes=5, img_size=64, patch_size=8, in_channels=1).eval()
-    assert model.position_embedding.shape == (1, 65, 192)
+    assert model.pos_embed.shape == (1, 65, 192)
     assert model(torch.randn(3, 1, 64, 64)).shape == (3, 5)
 
 
-# Parameter counts --------------------------------------------------------------------------
+# Parameter counts and initialisation -------------------------------------------------------
 
 PAPER_COUNTS = [  # torchvision's documented counts for Table 1's models
     (vit_b_16, 1000, 86_567_656),
@@ -112,7 +105,7 @@ def test_parameter_counts(factory, num_classes: int, expected: int) -> None:
         tv = getattr(torchvision.models, factory.__name__)(
             weights=None, num_classes=num_classes
         )
-    assert n_params(ours) == n_params(tv) == expected
+    assert count_params(ours) == count_params(tv) == expected
 
 
 def test_tensor_shapes_match_torchvision() -> None:
@@ -123,55 +116,21 @@ def test_tensor_shapes_match_torchvision() -> None:
     )
 
 
-# Agreement with torch.nn -------------------------------------------------------------------
-
-
-def test_msa_block_matches_nn_multihead_attention() -> None:
+def test_initialisation() -> None:
     torch.manual_seed(0)
-    dim, heads = 64, 4
-    block = MultiheadSelfAttentionBlock(embedding_dim=dim, num_heads=heads).eval()
-    mha = nn.MultiheadAttention(dim, heads, batch_first=True).eval()
-    norm = nn.LayerNorm(dim, eps=1e-6)
-    randomize_(mha)
-    randomize_(norm)
-    load_multihead_attention(block, mha, norm)
-    x = torch.randn(3, 10, dim)
-    with torch.no_grad():
-        y = norm(x)
-        expected, expected_w = mha(
-            y, y, y, need_weights=True, average_attn_weights=False
-        )
-        _, expected_mean_w = mha(y, y, y, need_weights=True, average_attn_weights=True)
-        expected_fast, _ = mha(y, y, y, need_weights=False)
-        out = block(x)
-        out_w, weights = block(x, need_weights=True)
-    assert out.shape == (3, 10, dim) and weights.shape == (3, heads, 10, 10)
-    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-4)
-    torch.testing.assert_close(out, expected_fast, atol=1e-5, rtol=1e-4)
-    torch.testing.assert_close(out_w, expected, atol=1e-5, rtol=1e-4)
-    torch.testing.assert_close(weights, expected_w, atol=1e-6, rtol=1e-4)
-    torch.testing.assert_close(
-        weights.mean(dim=1), expected_mean_w, atol=1e-6, rtol=1e-4
-    )
+    model = vit_tiny(num_classes=1000)
+    assert 0.018 < model.blocks[2].attn.qkv.weight.std() < 0.022
+    assert 0.018 < model.head.weight.std() < 0.022 and not model.head.bias.any()
+    assert 0.018 < model.pos_embed.std() < 0.022
+    fan_in = 3 * 16 * 16
+    assert abs(model.patch_embed.proj.weight.std() * fan_in**0.5 - 1) < 0.05
+    assert torch.equal(model.norm.weight, torch.ones(192))
 
 
-def test_msa_block_matches_explicit_sdpa() -> None:
-    torch.manual_seed(0)
-    block = MultiheadSelfAttentionBlock(embedding_dim=48, num_heads=6).eval()
-    x = torch.randn(2, 7, 48)
-    with torch.no_grad():
-        q, k, v = block.qkv(block.layer_norm(x)).chunk(3, dim=-1)
-        q, k, v = (t.reshape(2, 7, 6, 8).transpose(1, 2) for t in (q, k, v))
-        attended = F.scaled_dot_product_attention(q, k, v)
-        expected = block.proj(attended.transpose(1, 2).reshape(2, 7, 48))
-        manual = (q @ k.transpose(-2, -1) / 8**0.5).softmax(-1) @ v
-        out = block(x)
-        _, weights = block(x, need_weights=True)
-    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-4)
-    torch.testing.assert_close(weights @ v, manual, atol=1e-5, rtol=1e-4)
+# Agreement with torch.nn, torchvision, timm and the chapters ----------------------------------
 
 
-def test_encoder_block_matches_nn_transformer_encoder_layer() -> None:
+def test_block_matches_nn_transformer_encoder_layer() -> None:
     torch.manual_seed(0)
     dim, heads, mlp = 64, 4, 128
     layer = nn.TransformerEncoderLayer(
@@ -185,26 +144,24 @@ def test_encoder_block_matches_nn_transformer_encoder_layer() -> None:
         layer_norm_eps=1e-6,
     ).eval()
     randomize_(layer)
-    block = load_encoder_layer(TransformerEncoderBlock(dim, heads, mlp), layer).eval()
+    with pytest.raises(ValueError, match="eps mismatch.*eps=1e-06"):
+        load_encoder_layer(Block(dim, heads, mlp / dim), layer)
+    block = Block(dim, heads, mlp / dim, norm_layer=partial(nn.LayerNorm, eps=1e-6))
+    load_encoder_layer(block, layer).eval()
     x = torch.randn(2, 11, dim)
     with torch.no_grad():
-        expected = layer(x)
-        out = block(x)
-        out_w, weights = block(x, need_weights=True)
-    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-4)
-    torch.testing.assert_close(out_w, out, atol=1e-5, rtol=1e-4)
-    assert weights.shape == (2, heads, 11, 11)
+        torch.testing.assert_close(block(x), layer(x), atol=1e-5, rtol=1e-4)
 
 
-def test_mlp_block_layout() -> None:
-    block = MLPBlock(embedding_dim=32, mlp_size=64, dropout=0.1)
-    kinds = [type(m) for m in block.mlp]
-    assert kinds == [nn.Linear, nn.GELU, nn.Dropout, nn.Linear, nn.Dropout]
-    assert block.layer_norm.eps == 1e-6
-    assert block(torch.randn(2, 5, 32)).shape == (2, 5, 32)
-
-
-# Agreement with torchvision ----------------------------------------------------------------
+def test_load_encoder_layer_rejects_post_norm_and_other_head_counts() -> None:
+    layer = nn.TransformerEncoderLayer(64, 4, 128, activation="gelu", batch_first=True)
+    with pytest.raises(ValueError, match="norm_first=True"):
+        load_encoder_layer(Block(64, 4, 2.0), layer)
+    layer = nn.TransformerEncoderLayer(
+        64, 4, 128, activation="gelu", batch_first=True, norm_first=True
+    )
+    with pytest.raises(ValueError, match="Head count mismatch.*heads=4"):
+        load_encoder_layer(Block(64, 8, 2.0), layer)
 
 
 def test_vit_b16_matches_torchvision_logits(
@@ -215,9 +172,7 @@ def test_vit_b16_matches_torchvision_logits(
     x = torch.randn(2, 3, 224, 224)
     with torch.no_grad():
         expected, logits = tv(x), model(x)
-    assert (
-        expected.std() > 0.1
-    )  # the comparison is not between two near-constant outputs
+    assert expected.std() > 0.1  # not a comparison of two near-constant outputs
     torch.testing.assert_close(logits, expected, atol=1e-4, rtol=1e-4)
 
 
@@ -230,27 +185,105 @@ def test_load_torchvision_weights_rejects_other_configs() -> None:
         hidden_dim=192,
         mlp_dim=384,
     )
-    with pytest.raises(
-        ValueError, match="Layer count mismatch.*num_transformer_layers=2"
-    ):
+    with pytest.raises(ValueError, match="Layer count mismatch.*depth=2"):
         load_torchvision_weights(vit_tiny(img_size=64, patch_size=8), tv)
-    with pytest.raises(ValueError, match="position_embedding.*img_size"):
+    with pytest.raises(ValueError, match="pos_embed.*img_size \\(64\\)"):
+        load_torchvision_weights(vit_tiny(img_size=32, patch_size=8, depth=2), tv)
+    with pytest.raises(ValueError, match="Head count mismatch.*heads=3"):
         load_torchvision_weights(
-            vit_tiny(img_size=32, patch_size=8, num_transformer_layers=2), tv
+            vit_tiny(img_size=64, patch_size=8, depth=2, heads=6), tv
         )
-    model = vit_tiny(
-        num_classes=1000, img_size=64, patch_size=8, num_transformer_layers=2
-    )
+    model = vit_tiny(num_classes=1000, img_size=64, patch_size=8, depth=2)
     torch.testing.assert_close(  # and the matching config loads and agrees
         load_torchvision_weights(model, tv).eval()(torch.ones(1, 3, 64, 64)),
         tv.eval()(torch.ones(1, 3, 64, 64)),
     )
 
 
-def test_load_encoder_layer_rejects_post_norm() -> None:
-    layer = nn.TransformerEncoderLayer(64, 4, 128, activation="gelu", batch_first=True)
-    with pytest.raises(ValueError, match="norm_first=True"):
-        load_encoder_layer(TransformerEncoderBlock(64, 4, 128), layer)
+def test_a_timm_vit_state_dict_loads_as_it_is() -> None:
+    timm = pytest.importorskip("timm")
+    torch.manual_seed(0)
+    theirs = timm.models.vision_transformer.VisionTransformer(
+        img_size=32, patch_size=8, embed_dim=64, depth=2, num_heads=4, num_classes=3
+    ).eval()
+    randomize_(theirs)
+    ours = ViT(img_size=32, patch_size=8, num_classes=3, dim=64, depth=2, heads=4)
+    ours.load_state_dict(theirs.state_dict())  # strict: the same names
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(ours.eval()(x), theirs(x), atol=1e-5, rtol=1e-4)
+
+
+class ChapterViT(nn.Module):
+    """Chapters 2-5's ViT, with their names (patch_embedding.patcher, msa_block, mlp_block, ...)."""
+
+    def __init__(self, img_size: int, patch: int, dim: int, depth: int, heads: int):
+        super().__init__()
+        self.patch_embedding = nn.Module()
+        self.patch_embedding.patcher = nn.Conv2d(3, dim, patch, patch)
+        self.class_embedding = nn.Parameter(torch.randn(1, 1, dim))
+        self.position_embedding = nn.Parameter(
+            torch.randn(1, (img_size // patch) ** 2 + 1, dim)
+        )
+        self.encoder = nn.Sequential()
+        for _ in range(depth):
+            block = nn.Module()
+            block.msa_block = nn.Module()
+            block.msa_block.layer_norm = nn.LayerNorm(dim, eps=1e-6)
+            block.msa_block.qkv = nn.Linear(dim, 3 * dim)
+            block.msa_block.proj = nn.Linear(dim, dim)
+            block.mlp_block = nn.Module()
+            block.mlp_block.layer_norm = nn.LayerNorm(dim, eps=1e-6)
+            block.mlp_block.mlp = nn.Sequential(
+                nn.Linear(dim, 2 * dim),
+                nn.GELU(),
+                nn.Dropout(),
+                nn.Linear(2 * dim, dim),
+            )
+            self.encoder.append(block)
+        self.classifier = nn.Sequential(nn.LayerNorm(dim, eps=1e-6), nn.Linear(dim, 5))
+        self.heads = heads
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        z = self.patch_embedding.patcher(x).flatten(2).transpose(1, 2)
+        z = torch.cat([self.class_embedding.expand(len(x), -1, -1), z], 1)
+        z = z + self.position_embedding
+        for block in self.encoder:  # Eq. 2 and 3
+            msa, mlp = block.msa_block, block.mlp_block
+            q, k, v = msa.qkv(msa.layer_norm(z)).chunk(3, dim=-1)
+            q, k, v = (
+                t.unflatten(-1, (self.heads, -1)).transpose(1, 2) for t in (q, k, v)
+            )
+            attended = (
+                F.scaled_dot_product_attention(q, k, v).transpose(1, 2).flatten(2)
+            )
+            z = msa.proj(attended) + z
+            z = mlp.mlp[3](F.gelu(mlp.mlp[0](mlp.layer_norm(z)))) + z
+        return self.classifier(z[:, 0])
+
+
+def test_chapter_keys_load_the_chapters_vit_and_give_its_logits() -> None:
+    torch.manual_seed(0)
+    chapter = ChapterViT(img_size=32, patch=8, dim=48, depth=2, heads=3).eval()
+    randomize_(chapter)
+    ours = ViT(
+        img_size=32,
+        patch_size=8,
+        num_classes=5,
+        dim=48,
+        depth=2,
+        heads=3,
+        mlp_ratio=2.0,
+    )
+    load_renamed(ours, chapter, CHAPTER_KEYS)
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(ours.eval()(x), chapter(x), atol=1e-5, rtol=1e-4)
+    # one block alone: chapter 4's TransformerEncoderBlock keys -> Block
+    norm = partial(nn.LayerNorm, eps=1e-6)
+    block = Block(48, 3, 2.0, norm_layer=norm)
+    load_renamed(block, chapter.encoder[1], CHAPTER_KEYS)
+    assert torch.equal(block.mlp.fc2.weight, chapter.encoder[1].mlp_block.mlp[3].weight)
 
 
 # Attention maps ----------------------------------------------------------------------------
@@ -261,7 +294,7 @@ def test_attention_maps() -> None:
     model = vit_tiny(num_classes=3, img_size=64, patch_size=8).train()
     maps = model.get_attention_maps(torch.randn(2, 3, 64, 64))
     assert model.training  # mode restored
-    assert len(maps) == len(model.encoder) == 4
+    assert len(maps) == len(model.blocks) == 4
     for weights in maps:
         assert weights.shape == (2, 3, 65, 65)
         assert (weights >= 0).all()
@@ -304,27 +337,24 @@ def test_channel_mismatch() -> None:
         PatchEmbedding()(torch.randn(3, 224, 224))
 
 
-def test_heads_must_divide_embedding_dim() -> None:
-    with pytest.raises(
-        ValueError, match="embedding_dim=100 is not divisible by num_heads=12"
-    ):
-        MultiheadSelfAttentionBlock(embedding_dim=100, num_heads=12)
-    with pytest.raises(
-        ValueError, match="embedding_dim=192 is not divisible by num_heads=5"
-    ):
-        vit_tiny(num_heads=5)
+def test_heads_must_divide_dim() -> None:
+    with pytest.raises(ValueError, match="dim=192 is not divisible by heads=5"):
+        vit_tiny(heads=5)
 
 
 # Registry and training ---------------------------------------------------------------------
 
 
 def test_registry() -> None:
-    assert {"vit_b_16", "vit_l_16", "vit_h_14", "vit_tiny"} <= set(list_models())
+    assert {"vit_b_16", "vit_l_16", "vit_h_14", "vit_tiny", "vit_cifar_p2"} <= set(
+        list_models()
+    )
     with torch.device("meta"):
         model = build_model("vit_b_16", num_classes=3)
     assert isinstance(model, ViT)
-    assert model.classifier[1].out_features == 3
-    assert n_params(model) == 85_800_963
+    assert model.head.out_features == 3
+    assert count_params(model) == 85_800_963
+    assert "ViT(patch_size=16, depth=12, dim=768" in vit_b_16.__doc__
 
 
 def test_vit_tiny_trains() -> None:

@@ -7,13 +7,9 @@ import torch
 from torch import nn
 
 from going_modular.models import build_model
-from going_modular.models.complexity import fvcore_flops
+from going_modular.models.complexity import count_params, fvcore_flops
 
 D, DEPTH, HEADS, MLP = 192, 9, 12, 384
-
-
-def _params(module: nn.Module) -> int:
-    return sum(p.numel() for p in module.parameters())
 
 
 class _SeedForward(nn.Module):
@@ -24,7 +20,7 @@ class _SeedForward(nn.Module):
         self.vit = vit
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.vit.classifier[0](self.vit.forward_features(x))[:, 0]
+        return self.vit.norm(self.vit.forward_features(x))[:, 0]
 
 
 def _hand_flops(patch: int, img: int = 32) -> dict[str, int]:
@@ -43,22 +39,25 @@ def _hand_flops(patch: int, img: int = 32) -> dict[str, int]:
 
 def test_vit_cifar_p2_has_the_seeds_parameter_count():
     model = build_model("vit_cifar_p2", num_classes=10)
-    head = _params(model.classifier[1])
+    head = count_params(model.head)
     assert head == D * 10 + 10
-    assert _params(model) - head == 2_725_632
-    assert _params(model.patch_embedding) == 2_496
-    assert _params(model.encoder) == 2_673_216
-    assert model.position_embedding.shape == (1, 257, D)
-    assert len(model.encoder) == DEPTH
-    assert model.encoder[0].msa_block.num_heads == HEADS
+    assert count_params(model) - head == 2_725_632
+    assert count_params(model.patch_embed) == 2_496
+    assert count_params(model.blocks) == 2_673_216
+    assert model.pos_embed.shape == (1, 257, D)
+    assert len(model.blocks) == DEPTH
+    assert (
+        model.blocks[0].attn.heads == HEADS
+        and model.blocks[0].mlp.fc1.out_features == MLP
+    )
 
 
 def test_patch_size_changes_only_the_tokenizer():
     model = build_model("vit_cifar_p2", patch_size=4)
     assert model.num_patches == 64
-    assert model.position_embedding.shape == (1, 65, D)
-    assert _params(model.patch_embedding) == 3 * 4 * 4 * D + D
-    assert _params(model.encoder) == 2_673_216
+    assert model.pos_embed.shape == (1, 65, D)
+    assert count_params(model.patch_embed) == 3 * 4 * 4 * D + D
+    assert count_params(model.blocks) == 2_673_216
     assert model(torch.zeros(2, 3, 32, 32)).shape == (2, 10)
 
 
@@ -70,9 +69,9 @@ def test_a_patch_size_that_does_not_divide_the_image_is_refused():
 def test_fvcore_flops_reproduce_the_seeds_table():
     flops = fvcore_flops(_SeedForward(build_model("vit_cifar_p2")), (1, 3, 32, 32))
     assert flops[""] == 915_674_304
-    assert flops["vit.patch_embedding.patcher"] == 589_824
-    assert flops["vit.encoder"] == 914_837_760
-    assert flops["vit.classifier.0"] == 246_720
+    assert flops["vit.patch_embed.proj"] == 589_824
+    assert flops["vit.blocks"] == 914_837_760
+    assert flops["vit.norm"] == 246_720
 
 
 @pytest.mark.parametrize("patch", [2, 4, 8])
@@ -81,19 +80,19 @@ def test_fvcore_flops_match_the_hand_count(patch):
         _SeedForward(build_model("vit_cifar_p2", patch_size=patch)), (1, 3, 32, 32)
     )
     hand = _hand_flops(patch)
-    assert flops["vit.encoder.0"] == hand["block"]
+    assert flops["vit.blocks.0"] == hand["block"]
     assert flops[""] == hand["patch"] + DEPTH * hand["block"] + hand["norm"]
-    block = "vit.encoder.0.msa_block"
-    linear = flops[f"{block}.qkv"] + flops[f"{block}.proj"]
-    attention = flops[block] - linear - flops[f"{block}.layer_norm"]
-    assert attention == hand["attention"]
+    attn = "vit.blocks.0.attn"
+    assert (
+        flops[attn] - flops[f"{attn}.qkv"] - flops[f"{attn}.proj"] == hand["attention"]
+    )
 
 
 def test_our_model_normalises_only_the_class_token():
     model = build_model("vit_cifar_p2", num_classes=10)
     flops = fvcore_flops(model, (1, 3, 32, 32))
-    assert flops["classifier.0"] == 5 * D
-    assert flops["classifier.1"] == D * 10
+    assert flops["norm"] == 5 * D
+    assert flops["head"] == D * 10
     assert flops[""] == 915_674_304 - 5 * 257 * D + 5 * D + D * 10
 
 

@@ -8,11 +8,13 @@ import torch
 from torch import nn
 
 from going_modular.models import build_model
+from going_modular.models.complexity import count_params
 from going_modular.models.vitbn import (
     TokenBatchNorm,
-    ViT,
+    Transformer,
     ViTBN,
     ViTBNFFN,
+    ViTLN,
     sinusoidal_positions,
 )
 
@@ -27,15 +29,11 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
-def n_params(model: nn.Module) -> int:
-    return sum(p.numel() for p in model.parameters())
-
-
 def expected_params(
     d=64,
     depth=6,
     heads=8,
-    dim_head=64,
+    head_dim=64,
     mlp=128,
     p=7,
     c=1,
@@ -43,7 +41,7 @@ def expected_params(
     batchnorm_ffn=False,
 ) -> int:
     """The article's configuration counted layer by layer (norms have 2 per feature)."""
-    patch_dim, tokens, inner = c * p * p, (28 // p) ** 2 + 1, heads * dim_head
+    patch_dim, tokens, inner = c * p * p, (28 // p) ** 2 + 1, heads * head_dim
     embed = 2 * patch_dim + (patch_dim * d + d) + 2 * d + d + tokens * d  # + cls + pos
     attn = 2 * d + (d * 3 * inner + 3 * inner) + (inner * d + d)
     ff = (d * mlp + mlp) + (mlp * d + d) + (2 * mlp if batchnorm_ffn else 2 * d)
@@ -51,21 +49,22 @@ def expected_params(
 
 
 def test_parameter_counts_match_the_hand_count():
-    assert n_params(build_model("vitbn_vit")) == expected_params() == 902_380
+    assert count_params(build_model("vitbn_vit")) == expected_params() == 902_380
     for name in ("vitbn_ffn", "vitbn"):
-        assert n_params(build_model(name)) == expected_params(batchnorm_ffn=True)
+        assert count_params(build_model(name)) == expected_params(batchnorm_ffn=True)
     assert expected_params(batchnorm_ffn=True) == 903_148
 
 
 @pytest.mark.parametrize("name", NAMES)
 @pytest.mark.parametrize("pool", ["cls", "mean"])
-@pytest.mark.parametrize("pos_emb", ["learn", "pe1d"])
-def test_shapes(name, pool, pos_emb):
-    model = build_model(name, depth=2, pool=pool, pos_emb=pos_emb)
+@pytest.mark.parametrize("pos_embed", ["learnable", "sine"])
+def test_shapes(name, pool, pos_embed):
+    model = build_model(name, depth=2, pool=pool, pos_embed=pos_embed)
     out = model(torch.randn(4, 1, 28, 28))
     assert out.shape == (4, 10)
-    fixed = pos_emb == "pe1d"
-    assert ("pos_embedding" in dict(model.named_parameters())) is not fixed
+    fixed = pos_embed == "sine"
+    assert ("pos_embed" in dict(model.named_parameters())) is not fixed
+    assert model.pos_embed.shape == (1, 17, 64)
 
 
 def test_the_norms_are_where_the_article_puts_them():
@@ -76,13 +75,19 @@ def test_the_norms_are_where_the_article_puts_them():
             if isinstance(m, nn.LayerNorm | nn.BatchNorm1d)
         ]
 
-    vit, ffn, bn = (cls(depth=2) for cls in (ViT, ViTBNFFN, ViTBN))
+    vit, ffn, bn = (cls(depth=2) for cls in (ViTLN, ViTBNFFN, ViTBN))
     assert set(kinds(vit)) == {nn.LayerNorm} and len(kinds(vit)) == 2 + 2 * 2 + 1
     assert kinds(ffn).count(TokenBatchNorm) == 2 and kinds(ffn).count(nn.LayerNorm) == 5
     assert set(kinds(bn)) == {TokenBatchNorm} and len(kinds(bn)) == 2 + 2 * 2 + 1
-    ff = ffn.transformer.layers[0].ff.net
-    assert isinstance(ff[0], nn.Identity) and isinstance(ff[2], TokenBatchNorm)
-    assert isinstance(ff[3], nn.GELU)
+    block = ffn.transformer.blocks[0]
+    assert isinstance(block.norm2, nn.Identity) and isinstance(
+        block.mlp.norm, TokenBatchNorm
+    )
+    assert block.attn.heads == 8 and block.attn.head_dim == 64
+    assert (
+        block.attn.qkv.weight.shape == (3 * 512, 64)
+        and block.mlp.fc1.out_features == 128
+    )
 
 
 def test_token_batchnorm_statistics_are_over_batch_and_tokens():
@@ -110,7 +115,7 @@ def test_eval_uses_running_statistics():
     model.train()
     for _ in range(3):
         model(images)
-    norm = model.transformer.layers[0].ff.net[2]
+    norm = model.transformer.blocks[0].mlp.norm
     assert norm.num_batches_tracked.item() == 3
     running = norm.running_mean.clone()
     model.eval()
@@ -128,7 +133,7 @@ def test_eval_uses_running_statistics():
 def test_every_encoder_block_runs(name):
     model = build_model(name)  # depth 6
     calls = []
-    for i, block in enumerate(model.transformer.layers):
+    for i, block in enumerate(model.transformer.blocks):
         block.register_forward_hook(lambda *_, i=i: calls.append(i))
     model(torch.randn(2, 1, 28, 28))
     assert calls == [0, 1, 2, 3, 4, 5]
@@ -143,12 +148,41 @@ def test_sinusoidal_positions():
         sinusoidal_positions(4, 5)
 
 
+def test_the_article_s_early_return_bug_can_be_replayed():
+    """Chapter 12 subclasses Transformer with the article's bug: `return` inside the loop."""
+
+    class EarlyReturnTransformer(Transformer):
+        def forward(self, x):
+            for block in self.blocks:
+                x = block(x)
+                return self.norm(x)
+
+    model = build_model("vitbn")
+    model.transformer.__class__ = EarlyReturnTransformer
+    calls = []
+    for block in model.transformer.blocks:
+        block.register_forward_hook(lambda *_: calls.append(1))
+    model(torch.randn(2, 1, 28, 28))
+    assert len(calls) == 1 and len(model.transformer.blocks) == 6
+
+
+def test_chapter_12_variants_by_class_attributes():
+    class ViTNoFFNorm(ViTLN):
+        pre_mlp_norm = False
+
+    class ViTGNFFN(ViTBNFFN):
+        mlp_norm_layer = staticmethod(lambda d: nn.GroupNorm(1, d))
+
+    assert count_params(ViTNoFFNorm()) == 902_380 - 6 * 2 * 64
+    assert isinstance(ViTGNFFN(depth=1).transformer.blocks[0].mlp.norm, nn.GroupNorm)
+
+
 def test_bad_arguments_are_explained():
     with pytest.raises(ValueError, match="divisible"):
-        ViT(patch_size=5)
+        ViTLN(patch_size=5)
     with pytest.raises(ValueError, match="pool"):
-        ViT(pool="max")
-    with pytest.raises(ValueError, match="pos_emb"):
-        ViT(pos_emb="2d")
-    with pytest.raises(ValueError, match="image_size and channels"):
-        ViT(depth=1)(torch.randn(2, 3, 28, 28))
+        ViTLN(pool="max")
+    with pytest.raises(ValueError, match="pos_embed"):
+        ViTLN(pos_embed="2d")
+    with pytest.raises(ValueError, match="img_size and in_channels"):
+        ViTLN(depth=1)(torch.randn(2, 3, 28, 28))

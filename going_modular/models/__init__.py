@@ -1,4 +1,37 @@
-"""The models the book builds, each buildable by name with :func:`build_model`."""
+"""The models the book builds, each buildable by name with :func:`build_model`.
+
+=================  =============================================================================
+module             contents
+=================  =============================================================================
+``layers``         :class:`~.layers.Attention`, :class:`~.layers.Mlp`, :class:`~.layers.Block`,
+                   ``DropPath``, ``record_attention``; key maps for weights with other names
+``vit``            the paper's ViT (``vit_b_16``, ``vit_l_16``, ``vit_h_14``, ``vit_tiny``,
+                   ``vit_cifar_p2``) and loaders for torchvision's weights
+``cct``            ViT-Lite, CVT, CCT for images (``vit_lite_7_4``, ``cvt_7_4``, ``cct_7_3x1``, ...)
+``text_cct``       the text CCT (``TextCCT``, ``text_cct_2``; not registered: it reads token ids)
+``vitbn``          the BatchNorm ViTs of chapter 12 (``vitbn_vit``, ``vitbn_ffn``, ``vitbn``)
+``pretrained``     torchvision's pretrained ViT-B/16 as a frozen feature extractor
+``tinyvgg``        the CNN of chapter 0
+``complexity``     ``count_params``, ``count_macs``, ``fvcore_flops``
+``registry``       ``build_model``, ``list_models``, ``register_model``, ``register_variant``
+=================  =============================================================================
+
+Every model and factory names its arguments with one vocabulary:
+
+* ``img_size``, ``patch_size``, ``in_channels``, ``num_classes``: the data and the patches;
+* ``dim`` (the token width D), ``depth`` (blocks), ``heads``, ``head_dim`` (features per head,
+  ``dim // heads`` unless given), ``mlp_ratio`` (MLP width / ``dim``, a float: ViT-B
+  3072 / 768 = 4.0), ``qkv_bias``;
+* ``drop_rate`` (dropout after the attention's output projection and the MLP's Linears),
+  ``attn_drop_rate`` (on the attention weights), ``drop_path_rate`` (stochastic depth),
+  ``pos_drop_rate`` (on the embedded tokens, after the position embedding);
+* ``pos_embed`` (``"learnable"``, ``"sine"``, ``"none"``) and ``pool`` (``"cls"``, ``"seq"``
+  for SeqPool, ``"mean"``), where a family offers a choice.
+
+And the parts of every transformer have the same names (timm's): ``patch_embed`` or
+``tokenizer``, ``cls_token``, ``pos_embed``, ``pos_drop``, ``blocks`` (each ``norm1``,
+``attn``, ``norm2``, ``mlp``), ``norm`` and ``head``, the classifier.
+"""
 
 from . import (
     cct,  # noqa: F401  (registers its factories)

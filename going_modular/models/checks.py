@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from numbers import Integral, Real
 
-__all__ = ["check_positive", "check_rates", "check_sizes"]
+__all__ = ["check_patch_grid", "check_positive", "check_rates", "check_sizes"]
 
 
 def check_sizes(minimum: int = 1, **values: object) -> None:
@@ -42,3 +42,31 @@ def check_rates(**values: object) -> None:
                 f"{name} must be at least 0 and below 1 (a probability of dropping), "
                 f"got {value!r}."
             )
+
+
+def check_patch_grid(
+    img_size: int,
+    patch_size: int,
+    in_channels: int,
+    num_classes: int,
+    dim: int,
+    depth: int,
+    heads: int,
+) -> None:
+    """Check a patch model's sizes (each a positive integer) and that its patches tile the
+    image, naming a size that would."""
+    check_sizes(
+        img_size=img_size,
+        patch_size=patch_size,
+        in_channels=in_channels,
+        num_classes=num_classes,
+        dim=dim,
+        depth=depth,
+        heads=heads,
+    )
+    if img_size % patch_size:
+        raise ValueError(
+            f"Image size {img_size} is not divisible by patch size {patch_size}: choose an "
+            f"img_size that is a multiple of {patch_size} "
+            f"(e.g. {max(patch_size, img_size // patch_size * patch_size)})."
+        )

@@ -1,4 +1,6 @@
-"""Multiply-accumulate (MAC) counts from PyTorch's own FLOP counter, split by kind of operation."""
+"""What a model costs: parameters (:func:`count_params`), multiply-accumulates from PyTorch's own
+FLOP counter split by kind of operation (:func:`count_macs`), and FLOPs in fvcore's convention
+(:func:`fvcore_flops`)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,16 @@ import torch
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
+
+__all__ = ["count_macs", "count_params", "fvcore_flops"]
+
+
+def count_params(model: nn.Module, trainable_only: bool = False) -> int:
+    """Number of parameters of ``model`` (only those with ``requires_grad`` if
+    ``trainable_only``); buffers such as a fixed sine position table are not parameters."""
+    return sum(
+        p.numel() for p in model.parameters() if p.requires_grad or not trainable_only
+    )
 
 
 def _kind(op_name: str) -> str:

@@ -20,6 +20,15 @@ from ..download import DownloadError
 from ..settings import announce_fixture, is_offline, uses_fixtures
 from .registry import register_model
 
+__all__ = [
+    "create_vit_feature_extractor",
+    "load_pretrained_vit_b_16",
+    "resolve_weights",
+    "vit_b_16_pretrained",
+    "weights_image_size",
+    "weights_transforms",
+]
+
 WeightsLike = str | ViT_B_16_Weights | None
 
 

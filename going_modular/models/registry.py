@@ -7,6 +7,8 @@ from typing import Any
 
 from torch import nn
 
+__all__ = ["build_model", "list_models", "register_model", "register_variant"]
+
 ModelFactory = Callable[..., nn.Module]
 _REGISTRY: dict[str, ModelFactory] = {}
 
@@ -21,6 +23,23 @@ def register_model(name: str) -> Callable[[ModelFactory], ModelFactory]:
         return factory
 
     return decorator
+
+
+def register_variant(
+    name: str, cls: Callable[..., nn.Module], doc: str, **config: Any
+) -> ModelFactory:
+    """Register ``name`` as ``cls`` built with ``config``: ``build_model(name, **overrides)``
+    returns ``cls(**(config | overrides))``. Returns the factory, named ``name``."""
+
+    def factory(**overrides: Any) -> nn.Module:
+        return cls(**(config | overrides))
+
+    settings = ", ".join(f"{key}={value!r}" for key, value in config.items())
+    factory.__name__ = factory.__qualname__ = name
+    factory.__doc__ = (
+        f"{doc}\n\n``{cls.__name__}({settings})``; any argument can be overridden."
+    )
+    return register_model(name)(factory)
 
 
 def list_models() -> list[str]:

@@ -8,6 +8,8 @@ from torch import nn
 from .checks import check_sizes
 from .registry import register_model
 
+__all__ = ["TinyVGG", "tinyvgg"]
+
 
 def _conv_block(in_channels: int, out_channels: int) -> nn.Sequential:
     return nn.Sequential(
@@ -20,9 +22,9 @@ def _conv_block(in_channels: int, out_channels: int) -> nn.Sequential:
 
 
 class TinyVGG(nn.Module):
-    """Two VGG-style blocks (conv, ReLU, conv, ReLU, max-pool) and a linear classifier.
+    """Two VGG-style blocks (conv, ReLU, conv, ReLU, max-pool) and a linear ``head``.
 
-    Each block halves the image, so the classifier sees ``hidden_units * (img_size // 4) ** 2``
+    Each block halves the image, so the head sees ``hidden_units * (img_size // 4) ** 2``
     features: ``img_size`` must be the size of the images the model will see.
     """
 
@@ -48,12 +50,12 @@ class TinyVGG(nn.Module):
             _conv_block(in_channels, hidden_units),
             _conv_block(hidden_units, hidden_units),
         )
-        self.classifier = nn.Sequential(
+        self.head = nn.Sequential(
             nn.Flatten(), nn.Linear(hidden_units * (img_size // 4) ** 2, num_classes)
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.classifier(self.features(x))
+        return self.head(self.features(x))
 
 
 @register_model("tinyvgg")

@@ -2,41 +2,52 @@
 
 All three share one skeleton, a small ViT in the style of lucidrains' ``vit-pytorch``:
 
-* patches cut into vectors of ``channels * patch_size**2`` values, normalised, projected
-  to ``dim`` and normalised again; a class token; learned (``pos_emb="learn"``) or fixed
-  1-D sinusoidal (``"pe1d"``) positions;
-* ``depth`` pre-norm encoder blocks: attention with ``heads`` heads of ``dim_head`` (so the
-  attention's inner width ``heads * dim_head`` may exceed ``dim``), then a feed-forward
-  block of width ``mlp_dim``; a final norm; CLS or mean pooling; a linear head.
+* patches cut into vectors of ``in_channels * patch_size**2`` values, normalised, projected
+  to ``dim`` and normalised again; a class token; learned (``pos_embed="learnable"``) or fixed
+  1-D sinusoidal (``"sine"``, the article's ``pe1d``) positions;
+* ``depth`` pre-norm blocks (:class:`~going_modular.models.layers.Block`): attention with
+  ``heads`` heads of ``head_dim`` (so the attention's inner width ``heads * head_dim``, 512,
+  exceeds ``dim``, 64), then an MLP of ``int(dim * mlp_ratio)`` features (128); a final norm;
+  class-token or mean pooling (``pool``); a linear head.
 
 They differ only in their normalisation layers:
 
 ==========  ===========  =========  ==================================  ==========
-model       embedding    attention  feed-forward                        final
+model       embedding    attention  MLP                                 final
 ==========  ===========  =========  ==================================  ==========
-ViT         LayerNorm    LayerNorm  LayerNorm, Linear, GELU, Linear     LayerNorm
+ViTLN       LayerNorm    LayerNorm  LayerNorm, Linear, GELU, Linear     LayerNorm
 ViTBNFFN    LayerNorm    LayerNorm  Linear, BatchNorm, GELU, Linear     LayerNorm
 ViTBN       BatchNorm    BatchNorm  Linear, BatchNorm, GELU, Linear     BatchNorm
 ==========  ===========  =========  ==================================  ==========
 
-Every BatchNorm is a :class:`TokenBatchNorm`: statistics per feature over the batch *and*
-the tokens. Parameters use PyTorch's default initialisation and the class token and
-learned positions are standard normal, as in the article's code.
+(``ViTLN`` is the article's "ViT".) Every BatchNorm is a :class:`TokenBatchNorm`: statistics
+per feature over the batch *and* the tokens. Parameters use PyTorch's default initialisation
+and the class token and learned positions are standard normal, as in the article's code.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Iterable
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from .checks import check_rates, check_sizes
-from .registry import register_model
+from .checks import check_patch_grid, check_rates, check_sizes
+from .layers import Block, Norm
+from .registry import register_variant
 
-Norm = Callable[[int], nn.Module]
+__all__ = [
+    "Patchify",
+    "TokenBatchNorm",
+    "Transformer",
+    "ViTBN",
+    "ViTBNFFN",
+    "ViTLN",
+    "sinusoidal_positions",
+    "vitbn",
+    "vitbn_ffn",
+    "vitbn_vit",
+]
 
 
 class TokenBatchNorm(nn.BatchNorm1d):
@@ -83,217 +94,138 @@ class Patchify(nn.Module):
         return x.reshape(b, (h // p) * (w // p), p * p * c)
 
 
-class Attention(nn.Module):
-    """``norm`` then multi-head self-attention: (B, N, dim) -> (B, N, dim).
-
-    One Linear makes queries, keys and values of ``heads * dim_head`` features each; a
-    second projects the heads' concatenated outputs back to ``dim``.
-    """
-
-    def __init__(self, dim: int, heads: int, dim_head: int, dropout: float, norm: Norm):
-        super().__init__()
-        self.heads, self.dim_head, self.dropout = heads, dim_head, dropout
-        inner = heads * dim_head
-        self.norm = norm(dim)
-        self.qkv = nn.Linear(dim, 3 * inner)
-        self.out = nn.Sequential(nn.Linear(inner, dim), nn.Dropout(dropout))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, n, _ = x.shape
-        qkv = self.qkv(self.norm(x)).reshape(b, n, 3, self.heads, self.dim_head)
-        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each (B, heads, N, dim_head)
-        p = self.dropout if self.training else 0.0
-        out = F.scaled_dot_product_attention(q, k, v, dropout_p=p)
-        return self.out(out.transpose(1, 2).reshape(b, n, -1))
-
-
-class FeedForward(nn.Module):
-    """``pre_norm``, Linear, ``hidden_norm``, GELU, Dropout, Linear, Dropout.
-
-    The ViT has a LayerNorm before the block and nothing inside; the BatchNorm models
-    have no norm before it and a BatchNorm between the first Linear and the GELU.
-    """
-
-    def __init__(
-        self,
-        dim: int,
-        hidden_dim: int,
-        dropout: float,
-        pre_norm: Norm | None,
-        hidden_norm: Norm | None,
-    ):
-        super().__init__()
-        self.net = nn.Sequential(
-            pre_norm(dim) if pre_norm else nn.Identity(),
-            nn.Linear(dim, hidden_dim),
-            hidden_norm(hidden_dim) if hidden_norm else nn.Identity(),
-            nn.GELU(),
-            nn.Dropout(dropout),
-            nn.Linear(hidden_dim, dim),
-            nn.Dropout(dropout),
-        )
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.net(x)
-
-
-class EncoderBlock(nn.Module):
-    """``x = attn(x) + x``, then ``x = ff(x) + x``."""
-
-    def __init__(self, attn: Attention, ff: FeedForward):
-        super().__init__()
-        self.attn, self.ff = attn, ff
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.attn(x) + x
-        return self.ff(x) + x
-
-
 class Transformer(nn.Module):
-    """``depth`` encoder blocks, all of them, then the final norm."""
+    """``blocks`` in turn, then the final ``norm``: the article's (lucidrains') layout, which
+    chapter 12 subclasses to replay the article's early-return bug."""
 
-    def __init__(self, blocks: list[EncoderBlock], norm: nn.Module):
+    def __init__(self, blocks: Iterable[Block], norm: nn.Module):
         super().__init__()
-        self.layers = nn.ModuleList(blocks)
+        self.blocks = nn.ModuleList(blocks)
         self.norm = norm
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for block in self.layers:
+        for block in self.blocks:
             x = block(x)
         return self.norm(x)
 
 
-class _NormedViT(nn.Module):
-    """The shared skeleton; subclasses choose the norms (see the module's table)."""
+class ViTLN(nn.Module):
+    """The article's baseline ViT: LayerNorm everywhere. The class attributes choose the norms
+    (see the module's table); :class:`ViTBNFFN` and :class:`ViTBN` only change them.
+
+    ``embed_norm`` acts on the patch vectors and on their projections, ``norm_layer`` before
+    the attention (and before the MLP if ``pre_mlp_norm``), ``mlp_norm_layer`` inside the MLP,
+    ``final_norm`` after the last block.
+    """
 
     embed_norm: Norm = nn.LayerNorm
-    attn_norm: Norm = nn.LayerNorm
-    ff_pre_norm: Norm | None = nn.LayerNorm
-    ff_hidden_norm: Norm | None = None
+    norm_layer: Norm = nn.LayerNorm
+    pre_mlp_norm: bool = True
+    mlp_norm_layer: Norm | None = None
     final_norm: Norm = nn.LayerNorm
 
     def __init__(
         self,
         *,
-        image_size: int = 28,
+        img_size: int = 28,
         patch_size: int = 7,
+        in_channels: int = 1,
         num_classes: int = 10,
         dim: int = 64,
         depth: int = 6,
         heads: int = 8,
-        dim_head: int = 64,
-        mlp_dim: int = 128,
+        head_dim: int = 64,
+        mlp_ratio: float = 2.0,
         pool: str = "cls",
-        pos_emb: str = "learn",
-        channels: int = 1,
-        dropout: float = 0.0,
-        emb_dropout: float = 0.0,
+        pos_embed: str = "learnable",
+        drop_rate: float = 0.0,
+        attn_drop_rate: float = 0.0,
+        pos_drop_rate: float = 0.0,
     ):
         super().__init__()
-        check_sizes(
-            image_size=image_size,
-            patch_size=patch_size,
-            num_classes=num_classes,
-            dim=dim,
-            depth=depth,
-            heads=heads,
-            dim_head=dim_head,
-            mlp_dim=mlp_dim,
-            channels=channels,
+        check_patch_grid(
+            img_size, patch_size, in_channels, num_classes, dim, depth, heads
         )
-        check_rates(dropout=dropout, emb_dropout=emb_dropout)
-        if image_size % patch_size:
-            raise ValueError(
-                f"image_size={image_size} is not divisible by patch_size={patch_size}: "
-                f"pick a patch size that divides it (MNIST's 28: 4, 7 or 14)."
-            )
+        check_sizes(head_dim=head_dim)
+        check_rates(pos_drop_rate=pos_drop_rate)
         if pool not in ("cls", "mean"):
             raise ValueError(f"pool must be 'cls' or 'mean', got {pool!r}.")
-        if pos_emb not in ("learn", "pe1d"):
-            raise ValueError(f"pos_emb must be 'learn' or 'pe1d', got {pos_emb!r}.")
-        self.image_size, self.channels = image_size, channels
-        self.pool, self.pos_emb = pool, pos_emb
-        num_patches = (image_size // patch_size) ** 2
-        patch_dim = channels * patch_size**2
-        self.to_patch_embedding = nn.Sequential(
+        if pos_embed not in ("learnable", "sine"):
+            raise ValueError(
+                f"pos_embed must be 'learnable' or 'sine', got {pos_embed!r}."
+            )
+        self.img_size, self.in_channels, self.pool = img_size, in_channels, pool
+        num_patches = (img_size // patch_size) ** 2
+        patch_dim = in_channels * patch_size**2
+        self.patch_embed = nn.Sequential(
             Patchify(patch_size),
             self.embed_norm(patch_dim),
             nn.Linear(patch_dim, dim),
             self.embed_norm(dim),
         )
         self.cls_token = nn.Parameter(torch.randn(1, 1, dim))
-        if pos_emb == "learn":
-            self.pos_embedding = nn.Parameter(torch.randn(1, num_patches + 1, dim))
+        if pos_embed == "learnable":
+            self.pos_embed = nn.Parameter(torch.randn(1, num_patches + 1, dim))
         else:
             positions = sinusoidal_positions(num_patches + 1, dim)[None]
-            self.register_buffer("pos_embedding", positions, persistent=False)
-        self.dropout = nn.Dropout(emb_dropout)
+            self.register_buffer("pos_embed", positions, persistent=False)
+        self.pos_drop = nn.Dropout(pos_drop_rate)
         blocks = [
-            EncoderBlock(
-                Attention(dim, heads, dim_head, dropout, self.attn_norm),
-                FeedForward(
-                    dim, mlp_dim, dropout, self.ff_pre_norm, self.ff_hidden_norm
-                ),
+            Block(
+                dim,
+                heads,
+                mlp_ratio,
+                head_dim=head_dim,
+                drop_rate=drop_rate,
+                attn_drop_rate=attn_drop_rate,
+                norm_layer=self.norm_layer,
+                pre_mlp_norm=self.pre_mlp_norm,
+                mlp_norm_layer=self.mlp_norm_layer,
             )
             for _ in range(depth)
         ]
         self.transformer = Transformer(blocks, self.final_norm(dim))
-        self.linear_head = nn.Linear(dim, num_classes)
+        self.head = nn.Linear(dim, num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Images (B, channels, image_size, image_size) -> logits (B, num_classes)."""
-        if x.ndim != 4 or x.shape[1:] != (self.channels, *[self.image_size] * 2):
+        """Images (B, in_channels, img_size, img_size) -> logits (B, num_classes)."""
+        if x.ndim != 4 or x.shape[1:] != (self.in_channels, *[self.img_size] * 2):
             raise ValueError(
-                f"Expected images shaped (B, {self.channels}, {self.image_size}, "
-                f"{self.image_size}), got {tuple(x.shape)}: build the model with the "
-                "image_size and channels of your data."
+                f"Expected images shaped (B, {self.in_channels}, {self.img_size}, "
+                f"{self.img_size}), got {tuple(x.shape)}: build the model with the "
+                "img_size and in_channels of your data."
             )
-        x = self.to_patch_embedding(x)
-        cls = self.cls_token.expand(x.shape[0], -1, -1)
-        x = self.dropout(torch.cat([cls, x], dim=1) + self.pos_embedding)
+        x = self.patch_embed(x)
+        cls_token = self.cls_token.expand(x.shape[0], -1, -1)
+        x = self.pos_drop(torch.cat([cls_token, x], dim=1) + self.pos_embed)
         x = self.transformer(x)
         x = x.mean(dim=1) if self.pool == "mean" else x[:, 0]
-        return self.linear_head(x)
+        return self.head(x)
 
 
-class ViT(_NormedViT):
-    """The baseline: LayerNorm everywhere (the article's ``ViT``)."""
+class ViTBNFFN(ViTLN):
+    """BatchNorm between the first Linear and the GELU of every MLP, whose LayerNorm is
+    removed; the other LayerNorms stay."""
+
+    pre_mlp_norm = False
+    mlp_norm_layer = TokenBatchNorm
 
 
-class ViTBNFFN(_NormedViT):
-    """BatchNorm between the first Linear and the GELU of every feed-forward block, whose
-    LayerNorm is removed; the other LayerNorms stay."""
-
-    ff_pre_norm = None
-    ff_hidden_norm = TokenBatchNorm
-
-
-class ViTBN(_NormedViT):
-    """Every LayerNorm, embedding included, replaced by :class:`TokenBatchNorm`, and the
-    feed-forward blocks as in :class:`ViTBNFFN`."""
+class ViTBN(ViTLN):
+    """Every LayerNorm, embedding included, replaced by :class:`TokenBatchNorm`, and the MLPs
+    as in :class:`ViTBNFFN`."""
 
     embed_norm = TokenBatchNorm
-    attn_norm = TokenBatchNorm
-    ff_pre_norm = None
-    ff_hidden_norm = TokenBatchNorm
+    norm_layer = TokenBatchNorm
+    pre_mlp_norm = False
+    mlp_norm_layer = TokenBatchNorm
     final_norm = TokenBatchNorm
 
 
-def _factory(cls: type[_NormedViT]):
-    def build(
-        num_classes: int = 10, img_size: int = 28, in_channels: int = 1, **kw: Any
-    ) -> _NormedViT:
-        return cls(
-            image_size=img_size, num_classes=num_classes, channels=in_channels, **kw
-        )
-
-    build.__doc__ = (
-        f"The article's {cls.__name__}: patch 7, dim 64, depth 6, 8 heads of 64, "
-        "MLP 128 (override any argument by keyword)."
-    )
-    return build
-
-
-vitbn_vit = register_model("vitbn_vit")(_factory(ViT))
-vitbn_ffn = register_model("vitbn_ffn")(_factory(ViTBNFFN))
-vitbn = register_model("vitbn")(_factory(ViTBN))
+_ARTICLE = (
+    "{}: patch 7, dim 64, depth 6, 8 heads of 64, MLP 128 (ratio 2), for 28x28 one-channel "
+    "images."
+)
+vitbn_vit = register_variant("vitbn_vit", ViTLN, _ARTICLE.format("The article's ViT"))
+vitbn_ffn = register_variant("vitbn_ffn", ViTBNFFN, _ARTICLE.format("ViTBNFFN"))
+vitbn = register_variant("vitbn", ViTBN, _ARTICLE.format("ViTBN"))

@@ -1,0 +1,176 @@
+"""Files that are whole or absent: atomic writes, atomic folders, and their temporaries.
+
+Everything the package writes goes first to a temporary beside its target and is renamed into
+place in one step, so a reader, or a process killed half-way, sees the old file or the whole
+new one, never half of it. Temporaries are named ``.<name>.partial-<pid>-<8 characters>``;
+the next write of the same target removes those whose process has ended, and only those,
+never a user's ``.model.pth-20240101``.
+
+* :func:`atomic_write` and :func:`write_json`: one file;
+* :func:`atomic_folder`: a folder filled beside its place, then renamed into it;
+* :func:`temporary_folder`: a scratch folder named the same way, removed afterwards;
+* :func:`sha256_of`: a file's SHA-256, read in chunks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import hashlib
+import json
+import os
+import re
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, BinaryIO
+
+__all__ = [
+    "atomic_folder",
+    "atomic_write",
+    "remove_stale_temporaries",
+    "sha256_of",
+    "temporary_folder",
+    "temporary_prefix",
+    "umask",
+    "write_json",
+]
+
+_CHUNK = 1 << 16
+_TEMP_MARKER = ".partial-"
+# What follows ``.<name>.partial-``: a process id, "-", and tempfile's 8 random characters.
+_TEMP_SUFFIX = re.compile(r"(\d+)-[a-z0-9_]{8}")
+
+
+def sha256_of(path: str | Path) -> str:
+    """The SHA-256 hex digest of a file, read in chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(_CHUNK), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def umask() -> int:
+    """The process's umask (reading it means setting it, so it is set straight back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def temporary_prefix(name: str) -> str:
+    """The prefix of this process's temporaries for ``name``: ``.<name>.partial-<pid>-``."""
+    return f".{name}{_TEMP_MARKER}{os.getpid()}-"
+
+
+def _still_in_use(path: Path, pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    if os.name != "posix":  # no cheap liveness test: trust anything younger than a day
+        return time.time() - path.stat().st_mtime < 86400
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, owned by someone else
+        return True
+    return True
+
+
+def remove_stale_temporaries(folder: str | Path, name: str) -> list[Path]:
+    """Remove the temporaries for ``name`` in ``folder`` left by processes that have ended.
+
+    Only exact temporary names count (a user's ``.<name>-20240101`` is never touched), and
+    those of a process still running are kept. Returns what was removed.
+    """
+    folder, prefix = Path(folder), f".{name}{_TEMP_MARKER}"
+    removed = []
+    for path in sorted(folder.glob(glob.escape(prefix) + "*")):
+        match = _TEMP_SUFFIX.fullmatch(path.name[len(prefix) :])
+        if match is None:  # another name that starts alike
+            continue
+        try:
+            if _still_in_use(path, int(match.group(1))):
+                continue
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+        except OSError:  # vanished meanwhile, or not ours to remove: leave it
+            continue
+        removed.append(path)
+    return removed
+
+
+def atomic_write(path: str | Path, write: Callable[[BinaryIO], None]) -> Path:
+    """Write ``path`` in one step: ``write(f)`` fills a temporary file beside it (open for
+    binary writing), which is flushed to disk and renamed into place, so ``path`` is always
+    either the old file or the whole new one.
+
+    Stale temporaries of ended processes are removed first; on any error the temporary is
+    removed and ``path`` is left as it was (an OSError such as a full disk then names
+    ``path``). The file gets the umask's permissions.
+    """
+    path = Path(path)
+    remove_stale_temporaries(path.parent, path.name)
+    fd, tmp = tempfile.mkstemp(prefix=temporary_prefix(path.name), dir=path.parent)
+    os.close(fd)
+    try:
+        with open(tmp, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~umask())
+        os.replace(tmp, path)
+    except OSError as error:
+        error.filename = error.filename or str(path)
+        raise
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    return path
+
+
+def write_json(path: str | Path, data: dict[str, Any]) -> Path:
+    """Write ``data`` to ``path`` atomically as strict JSON (NaN is refused, not written)."""
+    text = json.dumps(data, indent=2, allow_nan=False).encode()
+    return atomic_write(path, lambda f: f.write(text))
+
+
+@contextlib.contextmanager
+def temporary_folder(parent: str | Path, name: str) -> Iterator[Path]:
+    """A new, empty folder in ``parent`` named as a temporary of ``name`` (``parent`` is made
+    if needed), removed with its contents when the block ends. Stale temporaries of ``name``
+    are removed first."""
+    parent = Path(parent)
+    parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_temporaries(parent, name)
+    folder = Path(tempfile.mkdtemp(prefix=temporary_prefix(name), dir=parent))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def atomic_folder(path: str | Path) -> Iterator[Path]:
+    """A folder that appears at ``path`` whole, or not at all.
+
+    The block fills the yielded staging folder (a :func:`temporary_folder` beside ``path``).
+    When it ends without an error, the folder gets the umask's permissions and is renamed to
+    ``path`` in one step, replacing an empty folder there; if another process completed
+    ``path`` meanwhile, its copy is kept and this one dropped. On an error nothing is left.
+    """
+    path = Path(path)
+    with temporary_folder(path.parent, path.name) as staging:
+        yield staging
+        os.chmod(staging, 0o777 & ~umask())
+        if path.is_dir() and not path.is_symlink() and not any(path.iterdir()):
+            path.rmdir()  # an empty leftover (renaming onto it fails on Windows)
+        try:
+            os.replace(staging, path)
+        except OSError:
+            if not (path.is_dir() and any(path.iterdir())):
+                raise

@@ -1,0 +1,364 @@
+"""The layers every transformer of the package is built from: one attention, one MLP, one block.
+
+:class:`Block` is the pre-norm encoder layer of the ViT paper (Eq. 2 and 3), and its ``forward``
+reads like them::
+
+    x = x + drop_path(attn(norm1(x)))      # Eq. 2
+    x = x + drop_path(mlp(norm2(x)))       # Eq. 3
+
+The other models are the same block with other arguments, as in timm's ``vision_transformer.py``:
+
+=====================  =====================================================================
+model                  arguments that differ from the ViT's
+=====================  =====================================================================
+ViT-Lite, CVT, CCT     ``qkv_bias=False``, ``post_attn_norm=True``, ``drop_path_rate``
+text CCT               the same, plus an ``attn_mask`` for the padding
+ViTBN family           ``head_dim=64`` (wider than ``dim / heads``), ``norm_layer=TokenBatchNorm``,
+                       ``pre_mlp_norm=False``, ``mlp_norm_layer=TokenBatchNorm``
+=====================  =====================================================================
+
+Attention maps come from :func:`record_attention`, a context manager that makes every
+:class:`Attention` inside a model also compute its softmax explicitly and keep it. The key maps
+at the end (:func:`rename_keys`, :func:`load_renamed`) load weights saved under other names:
+torchvision's ViT, ``nn.TransformerEncoderLayer``, the CCT authors' checkpoints.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .checks import check_positive, check_rates, check_sizes
+
+__all__ = [
+    "Attention",
+    "Block",
+    "DropPath",
+    "KeyRules",
+    "Mlp",
+    "Norm",
+    "collect_attention",
+    "load_renamed",
+    "record_attention",
+    "rename_keys",
+]
+
+Norm = Callable[[int], nn.Module]
+"""A norm layer's constructor, called with the number of features: ``nn.LayerNorm``,
+``functools.partial(nn.LayerNorm, eps=1e-6)``, ``TokenBatchNorm``."""
+
+KeyRules = Sequence[tuple[str, str]]
+"""``(pattern, replacement)`` pairs for ``re.sub``, applied to a key one after the other."""
+
+ModuleT = TypeVar("ModuleT", bound=nn.Module)
+
+
+class Attention(nn.Module):
+    """Multi-head self-attention: (B, N, dim) tokens -> (B, N, dim).
+
+    One Linear, ``qkv``, makes the queries, keys and values of ``heads`` heads of ``head_dim``
+    features each (``head_dim`` defaults to ``dim // heads``); ``proj`` maps the heads'
+    concatenated outputs back to ``dim``. ``attn_drop_rate`` drops attention weights,
+    ``drop_rate`` the output of ``proj``. ``attn_mask`` (boolean, broadcastable to
+    (B, heads, N, N), True where a query may attend to a key, e.g. a (B, 1, 1, N) key-padding
+    mask) is that of ``F.scaled_dot_product_attention``, which computes the attention. Inside
+    :func:`record_attention` the softmax is computed explicitly instead, and kept.
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        heads: int,
+        *,
+        head_dim: int | None = None,
+        qkv_bias: bool = True,
+        attn_drop_rate: float = 0.0,
+        drop_rate: float = 0.0,
+    ):
+        super().__init__()
+        check_sizes(dim=dim, heads=heads)
+        check_rates(attn_drop_rate=attn_drop_rate, drop_rate=drop_rate)
+        if head_dim is None:
+            if dim % heads:
+                raise ValueError(
+                    f"dim={dim} is not divisible by heads={heads}: each head gets dim // heads "
+                    f"features, so pick heads among the divisors of {dim} (ViT-Base: 768 / 12 "
+                    "= 64 per head), or give head_dim."
+                )
+            head_dim = dim // heads
+        check_sizes(head_dim=head_dim)
+        self.heads, self.head_dim = heads, head_dim
+        self.attn_drop_rate = attn_drop_rate
+        self.qkv = nn.Linear(dim, 3 * heads * head_dim, bias=qkv_bias)
+        self.proj = nn.Linear(heads * head_dim, dim)
+        self.proj_drop = nn.Dropout(drop_rate)
+        self.recorded: list[torch.Tensor] | None = None  # set by record_attention
+
+    def forward(
+        self, x: torch.Tensor, attn_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        batch, tokens, _ = x.shape
+        # (B, N, 3 * heads * head_dim) -> 3 x (B, heads, N, head_dim)
+        qkv = self.qkv(x).reshape(batch, tokens, 3, self.heads, self.head_dim)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)
+        dropout_p = self.attn_drop_rate if self.training else 0.0
+        if self.recorded is None:
+            out = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=attn_mask, dropout_p=dropout_p
+            )
+        else:  # the same softmax(q k^T / sqrt(head_dim)) v, with the weights kept
+            scores = q @ k.transpose(-2, -1) * self.head_dim**-0.5
+            if attn_mask is not None:
+                scores = scores.masked_fill(~attn_mask, float("-inf"))
+            weights = scores.softmax(dim=-1)
+            self.recorded.append(weights)
+            out = F.dropout(weights, dropout_p, training=self.training) @ v
+        # (B, heads, N, head_dim) -> (B, N, heads * head_dim): the heads concatenated
+        out = out.transpose(1, 2).reshape(batch, tokens, -1)
+        return self.proj_drop(self.proj(out))
+
+
+class Mlp(nn.Module):
+    """The feed-forward network: fc1, [norm], GELU, dropout, fc2, dropout.
+
+    ``norm_layer`` normalises the ``hidden_dim`` features between fc1 and the GELU (the
+    ViTBN article's BatchNorm); by default there is none.
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        hidden_dim: int,
+        *,
+        drop_rate: float = 0.0,
+        norm_layer: Norm | None = None,
+    ):
+        super().__init__()
+        self.fc1 = nn.Linear(dim, hidden_dim)
+        self.norm = norm_layer(hidden_dim) if norm_layer else nn.Identity()
+        self.act = nn.GELU()
+        self.drop1 = nn.Dropout(drop_rate)
+        self.fc2 = nn.Linear(hidden_dim, dim)
+        self.drop2 = nn.Dropout(drop_rate)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.drop1(self.act(self.norm(self.fc1(x))))
+        return self.drop2(self.fc2(x))
+
+
+class DropPath(nn.Module):
+    """Stochastic depth: in training, zero a sample's residual branch with probability ``p``
+    and scale the kept ones by 1 / (1 - p); the identity in eval mode."""
+
+    def __init__(self, p: float = 0.0):
+        super().__init__()
+        check_rates(p=p)
+        self.p = p
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.p == 0.0 or not self.training:
+            return x
+        keep = 1.0 - self.p
+        mask = x.new_empty((x.shape[0],) + (1,) * (x.ndim - 1)).bernoulli_(keep)
+        return x * mask.div_(keep)
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}"
+
+
+class Block(nn.Module):
+    """One pre-norm encoder layer: attention, then an MLP of ``int(dim * mlp_ratio)`` features,
+    each added to the residual stream.
+
+    ``norm_layer`` builds ``norm1`` and ``norm2``; ``pre_mlp_norm=False`` removes ``norm2`` (the
+    ViTBN models, whose MLP has ``mlp_norm_layer`` inside instead). ``post_attn_norm=True`` is the
+    CCT authors' layer, which normalises the residual stream itself after attention and adds the
+    MLP to that normalised stream. ``drop_rate`` is the dropout after the attention's output
+    projection and the MLP's two Linears; ``drop_path_rate`` the stochastic depth of both
+    branches; the other arguments go to :class:`Attention`.
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        heads: int,
+        mlp_ratio: float = 4.0,
+        *,
+        head_dim: int | None = None,
+        qkv_bias: bool = True,
+        drop_rate: float = 0.0,
+        attn_drop_rate: float = 0.0,
+        drop_path_rate: float = 0.0,
+        norm_layer: Norm = nn.LayerNorm,
+        pre_mlp_norm: bool = True,
+        mlp_norm_layer: Norm | None = None,
+        post_attn_norm: bool = False,
+    ):
+        super().__init__()
+        check_positive(mlp_ratio=mlp_ratio)
+        check_rates(drop_path_rate=drop_path_rate)
+        if int(dim * mlp_ratio) < 1:
+            raise ValueError(
+                f"mlp_ratio={mlp_ratio} gives an MLP of width int({dim} * {mlp_ratio}) = 0: "
+                "use a larger mlp_ratio."
+            )
+        if post_attn_norm and not pre_mlp_norm:
+            raise ValueError("post_attn_norm=True needs norm2: keep pre_mlp_norm=True.")
+        self.post_attn_norm = post_attn_norm
+        self.norm1 = norm_layer(dim)
+        self.attn = Attention(
+            dim,
+            heads,
+            head_dim=head_dim,
+            qkv_bias=qkv_bias,
+            attn_drop_rate=attn_drop_rate,
+            drop_rate=drop_rate,
+        )
+        self.norm2 = norm_layer(dim) if pre_mlp_norm else nn.Identity()
+        self.mlp = Mlp(
+            dim, int(dim * mlp_ratio), drop_rate=drop_rate, norm_layer=mlp_norm_layer
+        )
+        self.drop_path = DropPath(drop_path_rate)
+
+    def forward(
+        self, x: torch.Tensor, attn_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        x = x + self.drop_path(self.attn(self.norm1(x), attn_mask))
+        if self.post_attn_norm:
+            # CCT: the stream itself is normalised, and the MLP's output added to it
+            x = self.norm2(x)
+            return x + self.drop_path(self.mlp(x))
+        x = x + self.drop_path(self.mlp(self.norm2(x)))
+        return x
+
+
+# Attention maps ---------------------------------------------------------------------------------
+
+
+@contextmanager
+def record_attention(model: nn.Module) -> Iterator[list[torch.Tensor]]:
+    """Keep the attention weights of every :class:`Attention` in ``model`` within the ``with``.
+
+    Yields a list that receives one (B, heads, N, N) tensor per attention call, in call order
+    (one per layer for a forward pass): the softmax before attention dropout, so each row sums
+    to one and masked keys get weight zero. The output is that of the fused kernel up to float
+    rounding. The tensors keep their autograd graph; run under ``torch.no_grad()`` to drop it::
+
+        with torch.no_grad(), record_attention(model) as maps:
+            model(images)
+    """
+    attentions = [m for m in model.modules() if isinstance(m, Attention)]
+    if not attentions:
+        raise ValueError(
+            f"{type(model).__name__} has no going_modular.models.layers.Attention to record."
+        )
+    if any(m.recorded is not None for m in attentions):
+        raise RuntimeError(
+            "record_attention is already active on this model: nest it on parts only."
+        )
+    maps: list[torch.Tensor] = []
+    for attention in attentions:
+        attention.recorded = maps
+    try:
+        yield maps
+    finally:
+        for attention in attentions:
+            attention.recorded = None
+
+
+@torch.no_grad()
+def collect_attention(
+    model: nn.Module, *inputs: Any, **kwargs: Any
+) -> list[torch.Tensor]:
+    """Run ``model(*inputs, **kwargs)`` once in eval mode, without gradients, and return its
+    attention weights (see :func:`record_attention`); the train/eval mode is restored."""
+    was_training = model.training
+    model.eval()
+    try:
+        with record_attention(model) as maps:
+            model(*inputs, **kwargs)
+    finally:
+        model.train(was_training)
+    return maps
+
+
+# Weights saved under other names ----------------------------------------------------------------
+
+
+def rename_keys(
+    state_dict: Mapping[str, torch.Tensor], rules: KeyRules
+) -> dict[str, torch.Tensor]:
+    """``state_dict`` with every key rewritten by each ``(pattern, replacement)`` rule in turn
+    (``re.sub``); a key that no rule matches keeps its name."""
+    renamed = {}
+    for key, tensor in state_dict.items():
+        new = key
+        for pattern, replacement in rules:
+            new = re.sub(pattern, replacement, new)
+        if new in renamed:
+            raise ValueError(f"Two source keys are renamed to {new!r}: fix the rules.")
+        renamed[new] = tensor
+    return renamed
+
+
+def _check_layer_norm_eps(model: nn.Module, source: nn.Module, rules: KeyRules) -> None:
+    for name, module in source.named_modules():
+        if not isinstance(module, nn.LayerNorm) or module.weight is None:
+            continue
+        ours = model.get_submodule(
+            next(iter(rename_keys({f"{name}.weight": module.weight}, rules)))[
+                : -len(".weight")
+            ]
+        )
+        if isinstance(ours, nn.LayerNorm) and ours.eps != module.eps:
+            raise ValueError(
+                f"LayerNorm eps mismatch for {name}: this model uses {ours.eps}, the source "
+                f"{module.eps}. Build the model with layer_norm_eps={module.eps} (a Block: "
+                f"norm_layer=functools.partial(nn.LayerNorm, eps={module.eps}))."
+            )
+
+
+def load_renamed(
+    model: ModuleT, source: nn.Module | Mapping[str, torch.Tensor], rules: KeyRules
+) -> ModuleT:
+    """Copy the weights of ``source`` (a module or a state dict) into ``model``, their keys
+    renamed by ``rules`` (:func:`rename_keys`), and return ``model``.
+
+    Every tensor of ``model``'s state dict must receive exactly one of the source's and every
+    source tensor must be used, with the same shape; a source module's LayerNorms must have
+    the same eps as ``model``'s. Otherwise ValueError names the first key that does not fit.
+    """
+    state = source.state_dict() if isinstance(source, nn.Module) else source
+    renamed = rename_keys(state, rules)
+    old_name = dict(zip(renamed, state, strict=True))
+    ours = model.state_dict()
+    unused = [old_name[key] for key in renamed if key not in ours]
+    if unused:
+        raise ValueError(
+            f"{len(unused)} source tensors have no place in this model, e.g. {unused[0]!r} "
+            f"(renamed {next(k for k in renamed if k not in ours)!r}): build the model with "
+            "the source's configuration or extend the rules."
+        )
+    missing = [key for key in ours if key not in renamed]
+    if missing:
+        raise ValueError(
+            f"{len(missing)} tensors of this model get no source tensor, e.g. {missing[0]!r}: "
+            "build the model with the source's configuration or extend the rules."
+        )
+    for key, tensor in renamed.items():
+        if ours[key].shape != tensor.shape:
+            raise ValueError(
+                f"Shape mismatch for {key} <- {old_name[key]}: this model has "
+                f"{tuple(ours[key].shape)}, the source has {tuple(tensor.shape)}. Build the "
+                "model with the source's configuration."
+            )
+    if isinstance(source, nn.Module):
+        _check_layer_norm_eps(model, source, rules)
+    model.load_state_dict(renamed)
+    return model
