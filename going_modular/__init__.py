@@ -1,7 +1,7 @@
 """going_modular: the tested, importable versions of what the book's chapters build.
 
-Each module does one thing; chapters import the course helpers from ``helper_functions``
-and the rest from these modules.
+Each module does one thing. The chapters import every name they use from one place,
+``helper_functions``, which imports each from the module below that declares it.
 
 Switches, files and downloads
     ``settings``        the book's switches (quick/cpu/gpu/full, offline, dry run), ``claim``

@@ -129,6 +129,18 @@ def _package_module_imports() -> dict[str, tuple[set[str], set[str]]]:
     return modules
 
 
+@cache
+def _helper_sources() -> dict[str, str]:
+    """``helper_functions.name`` -> the package module that name is imported from."""
+    tree = ast.parse((ROOT / "helper_functions.py").read_text(encoding="utf-8"))
+    return {
+        f"helper_functions.{alias.name}": node.module
+        for node in tree.body
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+    }
+
+
 def package_problems(path: Path) -> list[str]:
     """Imports of a package file that a plain ``pip install`` (no extras) cannot meet."""
     top, inner = _imports(ast.parse(path.read_text(encoding="utf-8")))
@@ -169,7 +181,9 @@ def chapter_problems(path: Path) -> list[str]:
     for code in cells:
         top, inner = _imports(ast.parse(code))
         names |= top | inner
-    # what the package modules the chapter uses import lazily (e.g. an extra)
+    # the modules behind the names imported from helper_functions, and what the package
+    # modules the chapter uses import lazily (e.g. an extra)
+    names |= {_helper_sources()[n] for n in names if n in _helper_sources()}
     package = _package_module_imports()
     for name in list(names):
         if name in package:
@@ -248,8 +262,11 @@ def test_a_chapter_without_the_setup_cell_cannot_import_the_package(tmp_path):
     assert problems == ["going_modular (the setup cell does not install the package)"]
 
 
-def test_using_tracking_needs_the_extra(tmp_path):
-    uses_tracking = "from going_modular import tracking"
+@pytest.mark.parametrize(
+    "uses_tracking",
+    ["from going_modular import tracking", "from helper_functions import fit_logged"],
+)
+def test_using_tracking_needs_the_extra(tmp_path, uses_tracking):
     without = _notebook(tmp_path, _setup_cell(), uses_tracking)
     assert "mlflow" in chapter_problems(without)
     checked = '"going_modular", "mlflow", "ax"'

@@ -1,12 +1,16 @@
-"""The package's declared API: every module listed in its docstring and declaring ``__all__``."""
+"""The package's declared API: every module listed in its docstring and declaring ``__all__``;
+the chapters' one import surface, ``helper_functions``."""
 
 from __future__ import annotations
 
 import ast
+import importlib
 import importlib.util
+import json
 from pathlib import Path
 
 import going_modular
+import helper_functions
 
 PACKAGE = Path(going_modular.__file__).parent
 ROOT = PACKAGE.parent
@@ -57,3 +61,56 @@ def test_the_architecture_page_and_its_picture_name_every_module():
     assert [name for name in _modules() if f"`{name}" not in page] == []
     drawn = [name for _, _, names in _package_map_columns() for name in names]
     assert sorted(drawn) == sorted(_modules())
+
+
+def _chapter_imports() -> list[tuple[str, str, str | None]]:
+    """(chapter, module, name) of every import in the chapters' code cells."""
+    found = []
+    for path in sorted((ROOT / "book").glob("[0-9][0-9]_*.ipynb")):
+        for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
+            if cell["cell_type"] != "code":
+                continue
+            lines = "".join(cell["source"]).splitlines()
+            code = "\n".join(line for line in lines if not line.startswith(("%", "!")))
+            for node in ast.walk(ast.parse(code)):
+                if isinstance(node, ast.Import):
+                    found += [(path.name, alias.name, None) for alias in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.module:
+                    found += [(path.name, node.module, a.name) for a in node.names]
+    return found
+
+
+def _helper_imports() -> list[ast.ImportFrom]:
+    tree = ast.parse((ROOT / "helper_functions.py").read_text(encoding="utf-8"))
+    return [node for node in tree.body if isinstance(node, ast.ImportFrom)]
+
+
+def test_chapters_import_the_package_only_through_helper_functions():
+    elsewhere = [
+        (chapter, module)
+        for chapter, module, _ in _chapter_imports()
+        if module.split(".")[0] == "going_modular"
+    ]
+    assert elsewhere == []
+
+
+def test_helper_functions_holds_the_names_the_chapters_use_and_no_more():
+    used = {
+        name for _, module, name in _chapter_imports() if module == "helper_functions"
+    }
+    assert sorted(helper_functions.__all__) == sorted(used)
+
+
+def test_each_helper_name_is_the_package_name_from_the_module_that_declares_it():
+    imported = [
+        (node.module, alias) for node in _helper_imports() for alias in node.names
+    ]
+    assert sorted(a.name for _, a in imported) == sorted(helper_functions.__all__)
+    for module, alias in imported:
+        assert alias.asname is None, f"{alias.name}: no second names"
+        assert alias.name in importlib.import_module(module).__all__, alias.name
+        obj = getattr(helper_functions, alias.name)
+        if hasattr(obj, "__module__") and callable(obj):
+            assert obj.__module__ == module, (
+                f"{alias.name} is defined in {obj.__module__}"
+            )

@@ -1,8 +1,6 @@
-"""Predictions on single images, the prediction grid, the plots and the helper re-exports."""
+"""Predictions on single images, the prediction grid and the plots."""
 
 from __future__ import annotations
-
-import importlib
 
 import matplotlib
 
@@ -13,7 +11,6 @@ import torch  # noqa: E402
 from torch import nn  # noqa: E402
 from torchvision import transforms  # noqa: E402
 
-import helper_functions  # noqa: E402
 from going_modular import plots, predictions  # noqa: E402
 from going_modular.models import build_model  # noqa: E402
 
@@ -80,15 +77,6 @@ def test_plot_loss_curves_and_compare_runs():
     assert list(loss_ax.get_lines()[1].get_ydata()) == [1.1, 0.7]
     fig = plots.compare_runs({"a": results, "b": results})
     assert [line.get_label() for line in fig.axes[1].get_lines()] == ["a", "b"]
-
-
-def test_helper_functions_reexport_the_package_under_the_same_names():
-    """One name per helper: each is the package's own function, not an alias."""
-    for name in helper_functions.__all__:
-        helper = getattr(helper_functions, name)
-        assert helper.__module__.startswith("going_modular."), name
-        assert getattr(importlib.import_module(helper.__module__), name) is helper, name
-    assert helper_functions.plot_loss_curves is plots.plot_loss_curves
 
 
 def test_tinyvgg_needs_a_real_image_size():

@@ -29,13 +29,17 @@ def register_variant(
     name: str, cls: Callable[..., nn.Module], doc: str, **config: Any
 ) -> ModelFactory:
     """Register ``name`` as ``cls`` built with ``config``: ``build_model(name, **overrides)``
-    returns ``cls(**(config | overrides))``. Returns the factory, named ``name``."""
+    returns ``cls(**(config | overrides))``. Returns the factory, named ``name`` in the
+    module of ``cls``."""
 
     def factory(**overrides: Any) -> nn.Module:
         return cls(**(config | overrides))
 
     settings = ", ".join(f"{key}={value!r}" for key, value in config.items())
     factory.__name__ = factory.__qualname__ = name
+    factory.__module__ = (
+        cls.__module__
+    )  # where the variant is declared, beside its class
     factory.__doc__ = (
         f"{doc}\n\n``{cls.__name__}({settings})``; any argument can be overridden."
     )
