@@ -2,9 +2,10 @@
 
 Every page of `_toc.yml` is opened from `_build/html` on disk (file://, every http(s)
 request aborted) at 1400 px and at 400 px width, and checked for: typeset math (MathJax
-output present, no raw TeX left), every exercise with a solution that stays folded
-until its title is clicked, no horizontal overflow outside scrollable boxes (nor
-content starting left of one), and no test markers in code. At 1400 px nothing is cut
+output present, no raw TeX left), no directive option shown as text, every exercise
+with a solution that stays folded until its title is clicked, no horizontal overflow
+outside scrollable boxes (nor content starting left of one), and no test markers in
+code. At 1400 px nothing is cut
 at a box's right edge: no code or output box scrolls sideways, and no figure is shown
 below 85% of its size (the book's 11 pt text stays >= 13 px). No display equation is
 wider than its column, at 1400 px nor at 400 px (so equation numbers stay on a phone's
@@ -101,8 +102,8 @@ def browser(tmp_path_factory):
 PAGE_CHECKS = r"""
 ([wide, ALLOWED, opened]) => {
   const problems = {
-    math: [], overflow: [], code: [], output: [], equations: [], figures: [], images: [],
-    solutions: [],
+    math: [], markup: [], overflow: [], code: [], output: [], equations: [], figures: [],
+    images: [], solutions: [],
   };
   const visible = e => {
     const s = getComputedStyle(e), r = e.getBoundingClientRect();
@@ -121,6 +122,9 @@ PAGE_CHECKS = r"""
     const p = n.parentElement;
     if (p.closest('script, style, pre, code, textarea, mjx-container, .cell_output')) continue;
     if (/\\\(|\\\[|\\begin\{/.test(n.textContent)) problems.math.push('raw TeX: ' + where(p));
+    // A directive option MyST did not take (e.g. after a wrapped one) shows up as text.
+    if (/(^|\s):(alt|width|height|name|label|class|align|scale|figwidth):\s/.test(n.textContent))
+      problems.markup.push('directive option shown as text: ' + where(p));
   }
   const maths = document.querySelectorAll('.math');
   const typeset = document.querySelectorAll('mjx-container').length;
