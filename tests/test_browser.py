@@ -2,17 +2,16 @@
 
 Every page of `_toc.yml` is opened from `_build/html` on disk (file://, every http(s)
 request aborted) at 1400 px and at 400 px width, and checked for: typeset math (MathJax
-output present, no raw TeX left), no directive option shown as text, every exercise
-with a solution that stays folded until its title is clicked, no horizontal overflow
-outside scrollable boxes (nor content starting left of one), and no test markers in
-code. At 1400 px nothing is cut
-at a box's right edge: no code or output box scrolls sideways, and no figure is shown
-below 85% of its size (the book's 11 pt text stays >= 13 px). No display equation is
-wider than its column, at 1400 px nor at 400 px (so equation numbers stay on a phone's
-screen), but for the few in WIDE_EQUATIONS_AT_400. Every image loads and every output
-image has alt text (not its file name); one search box, launch buttons, and no console
-errors. Screenshots of each page (top at 1400 and 400 px, exercises with solutions
-open) go to `_build/screenshots/`.
+output present, no raw TeX left), no directive option shown as text, every exercise with
+a solution that stays folded until its title is clicked, no horizontal overflow outside
+scrollable boxes (nor content starting left of one), and no test markers in code. At
+1400 px nothing is cut at a box's right edge: no code or output box scrolls sideways,
+and no figure is shown below 85% of its size (the book's 11 pt text stays >= 13 px). No
+display equation is wider than its column, at 1400 px nor at 400 px (so equation numbers
+stay on a phone's screen), but for the few in WIDE_EQUATIONS_AT_400. Every image loads
+and every output image has alt text (not its file name); one search box, launch buttons,
+and no console errors. Screenshots of each page (top at 1400 and 400 px, exercises with
+solutions open) go to `_build/screenshots/`.
 
 The book is built first (`make test` runs `make book`; this module builds it if it is
 missing). Set BOOK_HTML to test another build. Chromium comes from Debian's `chromium`

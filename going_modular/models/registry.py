@@ -37,9 +37,8 @@ def register_variant(
 
     settings = ", ".join(f"{key}={value!r}" for key, value in config.items())
     factory.__name__ = factory.__qualname__ = name
-    factory.__module__ = (
-        cls.__module__
-    )  # where the variant is declared, beside its class
+    # where the variant is declared: beside its class
+    factory.__module__ = cls.__module__
     factory.__doc__ = (
         f"{doc}\n\n``{cls.__name__}({settings})``; any argument can be overridden."
     )
