@@ -6,7 +6,7 @@ only). The package's modules are where to read, test and reuse the code; this fi
 the one list a reader of the chapters needs.
 """
 
-from going_modular.attention_maps import (
+from going_modular.book.attention_maps import (
     class_token_attention,
     mean_attention_distance,
     overlay,
@@ -17,83 +17,10 @@ from going_modular.attention_maps import (
     rollout_class_map,
     similarity_mosaic,
 )
-from going_modular.augment import (
-    CIFAR10_MEAN,
-    CIFAR10_STD,
-    MixUpCutMix,
-    TransformedDataset,
-    cifar_test_transform,
-    random_flip_batch,
-)
-from going_modular.cct_recipes import CCT_CIFAR_200, CCT_CIFAR_300
-from going_modular.data_setup import create_dataloaders, walk_through_dir
-from going_modular.datasets import (
-    FASHION_MNIST_CLASSES,
-    FASHION_MNIST_MEAN,
-    FASHION_MNIST_STD,
-    fashion_mnist_tensors,
-    get_cifar10,
-    get_fashion_mnist,
-    get_food_data,
-    get_mnist,
-)
-from going_modular.diagrams import draw_encoder_block, draw_vit_overview
-from going_modular.download import DownloadError
-from going_modular.engine import evaluate, fit
-from going_modular.experiments import (
-    balanced_subset,
-    format_mean_std,
-    over_seeds,
-    step_loader,
-    summarize,
-    tensor_loaders,
-)
-from going_modular.glue import glue
-from going_modular.gpu_augment import DeviceLoader, recipe_augment, to_uint8_images
-from going_modular.models.cct import (
-    CompactTransformer,
-    SeqPool,
-    Tokenizer,
-    ViTLite,
-    sinusoidal_embedding,
-)
-from going_modular.models.complexity import count_macs, count_params, fvcore_flops
-from going_modular.models.layers import (
-    Attention,
-    Block,
-    Mlp,
-    load_renamed,
-    record_attention,
-    rename_keys,
-)
-from going_modular.models.pretrained import (
-    create_vit_feature_extractor,
-    load_pretrained_vit_b_16,
-)
-from going_modular.models.registry import build_model
-from going_modular.models.text_cct import TextTokenizer, text_cct_2
-from going_modular.models.vit import (
-    CHAPTER_KEYS,
-    TORCH_LAYER_KEYS,
-    PatchEmbedding,
-    load_encoder_layer,
-    load_torchvision_weights,
-    vit_b_16,
-)
-from going_modular.models.vitbn import (
-    TokenBatchNorm,
-    Transformer,
-    ViTBN,
-    ViTBNFFN,
-    ViTLN,
-)
-from going_modular.optim import param_groups_weight_decay
-from going_modular.paths import project_root
-from going_modular.plots import compare_runs, plot_loss_curves, tensor_to_image
-from going_modular.predictions import plot_prediction_grid
-from going_modular.recipe import Recipe, learning_rates
-from going_modular.reference import agree, randomize_vectors_
-from going_modular.settings import (
+from going_modular.book.diagrams import draw_encoder_block, draw_vit_overview
+from going_modular.book.glue import glue
+from going_modular.book.reference import agree, randomize_vectors_
+from going_modular.book.settings import (
     STEP_OVERHEAD_S,
     T4_FP16_PEAK,
     Work,
@@ -110,8 +37,29 @@ from going_modular.settings import (
     run_report,
     uses_fixtures,
 )
-from going_modular.style import figsize, show_images, table, use_book_style
-from going_modular.text_data import (
+from going_modular.book.style import figsize, show_images, table, use_book_style
+from going_modular.data.augment import (
+    CIFAR10_MEAN,
+    CIFAR10_STD,
+    MixUpCutMix,
+    TransformedDataset,
+    cifar_test_transform,
+    random_flip_batch,
+)
+from going_modular.data.datasets import (
+    FASHION_MNIST_CLASSES,
+    FASHION_MNIST_MEAN,
+    FASHION_MNIST_STD,
+    fashion_mnist_tensors,
+    get_cifar10,
+    get_fashion_mnist,
+    get_food_data,
+    get_mnist,
+)
+from going_modular.data.download import DownloadError
+from going_modular.data.gpu_augment import DeviceLoader, recipe_augment, to_uint8_images
+from going_modular.data.paths import project_root
+from going_modular.data.text_data import (
     PAD_ID,
     UNK_ID,
     Vocabulary,
@@ -120,9 +68,55 @@ from going_modular.text_data import (
     text_dataloaders,
     tokenize,
 )
-from going_modular.text_datasets import get_ag_news, get_glove, get_trec
-from going_modular.timing import images_per_second
-from going_modular.tracking import (
+from going_modular.data.text_datasets import get_ag_news, get_glove, get_trec
+from going_modular.data_setup import create_dataloaders, walk_through_dir
+from going_modular.engine import evaluate, fit
+from going_modular.models.cct import (
+    CompactTransformer,
+    SeqPool,
+    Tokenizer,
+    ViTLite,
+    sinusoidal_embedding,
+)
+from going_modular.models.complexity import count_macs, count_params, fvcore_flops
+from going_modular.models.convert import (
+    CHAPTER_KEYS,
+    TORCH_LAYER_KEYS,
+    load_encoder_layer,
+    load_renamed,
+    load_torchvision_weights,
+    rename_keys,
+)
+from going_modular.models.layers import Attention, Block, Mlp, record_attention
+from going_modular.models.pretrained import (
+    create_vit_feature_extractor,
+    load_pretrained_vit_b_16,
+)
+from going_modular.models.registry import build_model
+from going_modular.models.text_cct import TextTokenizer, text_cct_2
+from going_modular.models.vit import PatchEmbedding, vit_b_16
+from going_modular.models.vitbn import (
+    TokenBatchNorm,
+    Transformer,
+    ViTBN,
+    ViTBNFFN,
+    ViTLN,
+)
+from going_modular.predictions import plot_prediction_grid
+from going_modular.training.cct_recipes import CCT_CIFAR_200, CCT_CIFAR_300
+from going_modular.training.experiments import (
+    balanced_subset,
+    format_mean_std,
+    over_seeds,
+    step_loader,
+    summarize,
+    tensor_loaders,
+)
+from going_modular.training.optim import param_groups_weight_decay
+from going_modular.training.plots import compare_runs, plot_loss_curves, tensor_to_image
+from going_modular.training.recipe import Recipe, learning_rates
+from going_modular.training.timing import images_per_second
+from going_modular.training.tracking import (
     fit_logged,
     metric_histories,
     read_runs,

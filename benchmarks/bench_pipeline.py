@@ -7,7 +7,7 @@ Sections (all by default, or pick with ``--sections``):
   2 loader workers, against the images/s of a training step of CCT-2/3x2 and CCT-7/3x1;
   prints pipeline / model (below 1: the model waits for data).
 * ``batched``: one core each, the per-image PIL pipeline against the batched path of
-  :mod:`going_modular.gpu_augment` (uint8 tensors, augmented a chunk at a time) on the same
+  :mod:`going_modular.data.gpu_augment` (uint8 tensors, augmented a chunk at a time) on the same
   images; prints batched / per-image.
 * ``engine``: ``engine.train_one_epoch`` (the loop ``engine.fit`` runs each epoch) against a
   bare training loop on the same batches.
@@ -41,10 +41,12 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 from torchvision import transforms
 
-from going_modular import augment, cct_recipes, engine, gpu_augment
-from going_modular.datasets import get_fashion_mnist
+from going_modular import engine
+from going_modular.data import augment, gpu_augment
+from going_modular.data.datasets import get_fashion_mnist
 from going_modular.models import build_model
-from going_modular.timing import images_per_second
+from going_modular.training import cct_recipes
+from going_modular.training.timing import images_per_second
 
 RECIPES = ("none", "cct", "cct200")
 MODELS = ("cct_2_3x2", "cct_7_3x1")

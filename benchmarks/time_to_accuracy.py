@@ -24,12 +24,12 @@ import argparse
 import torch
 from torch import nn
 
-from going_modular.augment import random_flip_batch
-from going_modular.datasets import fashion_mnist_tensors
+from going_modular.data.augment import random_flip_batch
+from going_modular.data.datasets import fashion_mnist_tensors
 from going_modular.engine import evaluate, fit
-from going_modular.experiments import tensor_loaders
 from going_modular.models import build_model
-from going_modular.recipe import Recipe
+from going_modular.training.experiments import tensor_loaders
+from going_modular.training.recipe import Recipe
 from going_modular.utils import prefer_channels_last, set_seeds
 
 MODELS = {"cct_2_3x2": {}, "vit_lite_2_4": {}, "tinyvgg": {"hidden_units": 32}}

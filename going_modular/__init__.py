@@ -1,25 +1,13 @@
 """going_modular: the tested, importable versions of what the book's chapters build.
 
-Each module does one thing. The chapters import every name they use from one place,
-``helper_functions``, which imports each from the module below that declares it.
+The top level is the course's own (learnpytorch's chapter 8): ``data_setup``
+(``create_dataloaders``), ``engine`` (``train``, ``train_step``, ``test_step`` and the one
+loop underneath, ``fit``), ``utils`` (``save_model``, seeds, the device), ``predictions``
+(``pred_and_plot_image``) and the command line, ``train`` with its options in ``cli``.
+Everything deeper lives in four subpackages; arrows point only downward:
+book -> top level and CLI -> training -> data, models.
 
-Switches, files and downloads
-    ``settings``        the book's switches (quick/cpu/gpu/full, offline, dry run), ``claim``
-    ``paths``           where the project and its ``data/`` folder are
-    ``files``           atomic writes and folders: a file is whole or absent
-    ``download``        safe downloads: checked status, time limits, SHA-256, atomic unpacking
-Data
-    ``datasets``        image datasets: the real data online, a labelled stand-in offline
-    ``text_datasets``   AG News, TREC and GloVe online, the docstring stand-in offline
-    ``standins``        the offline stand-ins, made from data that packages ship
-    ``data_setup``      DataLoaders from image folders, with clear errors for bad images
-    ``text_data``       tokenizer, vocabulary, padded batches with masks
-    ``augment``         the CCT recipes' data pieces: per-image transforms, MixUp/CutMix
-    ``gpu_augment``     the recipes' augmentation on whole batches on the training device
-    ``gpu_augment_ops``       batched twins of the PIL operations of RandAugment/AutoAugment
-    ``gpu_augment_policies``  RandAugment and AutoAugment on a batch
-    ``gpu_augment_crops``     crops, flips and random erasing on a batch
-Models (``models``: each built by name with ``build_model``)
+``models``: what a network is
     ``models.layers``       one attention, one MLP, one block: every transformer's layers
     ``models.vit``          the Vision Transformer (ViT-B/16 and the small ViTs)
     ``models.cct``          ViT-Lite, CVT and CCT for images
@@ -27,32 +15,43 @@ Models (``models``: each built by name with ``build_model``)
     ``models.vitbn``        the ViT with BatchNorm
     ``models.tinyvgg``      TinyVGG, the first model
     ``models.pretrained``   torchvision's pretrained ViT-B/16 as a feature extractor
+    ``models.convert``      weights saved under other names: key maps and their loaders
     ``models.registry``     the name -> factory table
     ``models.checks``       checks of the hyper-parameters, naming a bad one
     ``models.complexity``   parameters, multiply-accumulates, FLOPs
-Training
-    ``recipe``          a run's optimiser, schedule, loss, mixing and length: ``Recipe``
-    ``cct_recipes``     the CCT authors' two CIFAR recipes: hyper-parameters, schedules
-    ``optim``           weight decay groups, warmup + cosine
-    ``engine``          ``fit``: the one training loop, with clear errors when it diverges
-    ``divergence``      NaN and exploding losses: the errors that stop a run, and their causes
-    ``checkpoint``      what ``fit`` saves after each epoch, and resuming from it
-    ``experiments``     small experiments over subsets and seeds, mean and spread
-    ``timing``          images per second, training or inference
-    ``tracking``        MLflow in a SQLite file inside the project
-    ``utils``           seeds, the device, checkpoints that rebuild their model
-Looking at models
-    ``attention_maps``  class-token maps, attention rollout, attention distance
-    ``predictions``     predictions on images and a grid of them
-    ``plots``           loss and accuracy curves, runs compared
-    ``diagrams``        the block diagrams the chapters draw
-    ``reference``       ``agree``: a piece checked against a reference implementation
-    ``style``           the book's one look for figures and tables
-    ``glue``            values the prose quotes, as myst-nb's ``glue`` stores them
-The command line (``python -m going_modular.train``, ``vit-train``)
-    ``cli``             the options and the checks that refuse bad ones before any work
-    ``train``           one run: data, model, ``fit``, saving; exit codes on stops and failures
-    ``runs``            run folders: one per run, a lock, ``latest``, what a stop keeps
+``data``: where images and text come from
+    ``data.paths``          where the project and its ``data/`` folder are
+    ``data.files``          atomic writes and folders: a file is whole or absent
+    ``data.network``        whether the network may be used; test fixtures announced
+    ``data.download``       safe downloads: checked status, time limits, SHA-256, unpacking
+    ``data.datasets``       image datasets: the real data online, a labelled stand-in offline
+    ``data.text_datasets``  AG News, TREC and GloVe online, the docstring stand-in offline
+    ``data.standins``       the offline stand-ins, made from data that packages ship
+    ``data.text_data``      tokenizer, vocabulary, padded batches with masks
+    ``data.augment``        the CCT recipes' per-image transforms, MixUp/CutMix
+    ``data.gpu_augment``    the recipes' augmentation on whole batches on the device:
+    ``data.gpu_augment.ops``, ``data.gpu_augment.policies`` (RandAugment, AutoAugment)
+    and ``data.gpu_augment.crops`` (crops, flips, random erasing)
+``training``: everything ``fit`` needs besides the model and the data
+    ``training.recipe``       a run's optimiser, schedule, loss, mixing and length
+    ``training.cct_recipes``  the CCT authors' two CIFAR recipes
+    ``training.optim``        weight decay groups, warmup + cosine
+    ``training.checkpoint``   what ``fit`` saves after each epoch, and resuming from it
+    ``training.divergence``   NaN and exploding losses: the errors that stop a run
+    ``training.runs``         run folders: one per run, a lock, ``latest``
+    ``training.tracking``     MLflow in a SQLite file inside the project
+    ``training.experiments``  small experiments over subsets and seeds, mean and spread
+    ``training.timing``       images per second, training or inference
+    ``training.plots``        loss and accuracy curves, runs compared
+``book``: what runs the chapters (the only part that reads ``BOOK_*`` variables)
+    ``book.settings``         quick/cpu/gpu/full, offline, dry run, ``claim``
+    ``book.glue``             values the prose quotes
+    ``book.style``            the book's one look for figures and tables
+    ``book.diagrams``         the block diagrams the chapters draw
+    ``book.attention_maps``   class-token maps, attention rollout, attention distance
+    ``book.reference``        ``agree``: a piece checked against a reference implementation
+The top level
+    ``data_setup``  ``engine``  ``utils``  ``predictions``  ``train``  ``cli``
 """
 
 __all__ = ["__version__"]

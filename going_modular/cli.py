@@ -19,9 +19,10 @@ import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from . import cct_recipes, data_setup, engine, runs
-from .checkpoint import CHECKPOINT_NAME
-from .models import list_models
+from going_modular import data_setup, engine
+from going_modular.models import list_models
+from going_modular.training import cct_recipes, runs
+from going_modular.training.checkpoint import CHECKPOINT_NAME
 
 __all__ = [
     "DATASETS",

@@ -36,9 +36,13 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from . import settings
-from .checkpoint import CHECKPOINT_NAME, TrainingState, training_config
-from .divergence import (
+from going_modular.book import settings
+from going_modular.training.checkpoint import (
+    CHECKPOINT_NAME,
+    TrainingState,
+    training_config,
+)
+from going_modular.training.divergence import (
     NONFINITE_CHECK_STEPS,
     DeviceLossCheck,
     NonFiniteLossError,
@@ -46,8 +50,8 @@ from .divergence import (
     check_finite_loss,
     check_not_exploded,
 )
-from .recipe import BatchTransform, Recipe
-from .utils import get_device
+from going_modular.training.recipe import BatchTransform, Recipe
+from going_modular.utils import get_device
 
 __all__ = [
     "RESULT_KEYS",

@@ -12,9 +12,9 @@ from torch import nn
 from torch.utils.data import Dataset
 from torchvision import transforms
 
-from .data_setup import load_rgb
-from .plots import tensor_to_image
-from .style import COLUMN_INCHES
+from going_modular.book.style import COLUMN_INCHES
+from going_modular.data_setup import load_rgb
+from going_modular.training.plots import tensor_to_image
 
 __all__ = ["plot_prediction_grid", "pred_and_plot_image", "predict_image"]
 

@@ -47,18 +47,8 @@ from torch import nn  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 from torchvision import transforms  # noqa: E402
 
-from . import (  # noqa: E402
-    augment,
-    cct_recipes,
-    data_setup,
-    datasets,
-    engine,
-    gpu_augment,
-    runs,
-    utils,
-)
-from .checkpoint import CHECKPOINT_NAME, CheckpointMismatchError  # noqa: E402
-from .cli import (  # noqa: E402
+from going_modular import data_setup, engine, utils
+from going_modular.cli import (  # noqa: E402
     UsageError,
     build_parser,
     check_options,
@@ -70,10 +60,13 @@ from .cli import (  # noqa: E402
     resolve_recipe,
     resume_from,
 )
-from .divergence import TrainingDiverged  # noqa: E402
-from .download import DownloadError  # noqa: E402
-from .models import build_model  # noqa: E402
-from .recipe import Recipe  # noqa: E402
+from going_modular.data import augment, datasets, gpu_augment
+from going_modular.data.download import DownloadError  # noqa: E402
+from going_modular.models import build_model  # noqa: E402
+from going_modular.training import cct_recipes, runs
+from going_modular.training.checkpoint import CHECKPOINT_NAME, CheckpointMismatchError  # noqa: E402
+from going_modular.training.divergence import TrainingDiverged  # noqa: E402
+from going_modular.training.recipe import Recipe  # noqa: E402
 
 __all__ = [
     "FAILURES",
@@ -328,7 +321,7 @@ def _train(
 
 def _log_to_mlflow(args: argparse.Namespace, record: dict, results: dict) -> None:
     """Log the options as parameters and each epoch's results with ``step=epoch``."""
-    from . import tracking
+    from going_modular.training import tracking
 
     params = {k: v for k, v in vars(args).items() if v is not None}
     with tracking.start_run("cli", f"{args.model} {record['run_id']}", params):

@@ -19,9 +19,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from .files import atomic_write
-from .models import build_model
-from .models.registry import _REGISTRY
+from going_modular.data.files import atomic_write
+from going_modular.models import build_model
+from going_modular.models.registry import _REGISTRY
 
 __all__ = [
     "CHECKPOINT_FORMAT",

@@ -15,8 +15,8 @@ matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # noqa: E402
 
-from going_modular.diagrams import arrow, box  # noqa: E402
-from going_modular.style import use_book_style  # noqa: E402
+from going_modular.book.diagrams import arrow, box  # noqa: E402
+from going_modular.book.style import use_book_style  # noqa: E402
 
 OUT = Path(__file__).resolve().parents[1] / "book" / "images" / "package_map.png"
 

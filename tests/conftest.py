@@ -32,7 +32,7 @@ def dead_pid() -> int:
 @pytest.fixture(scope="session")
 def docstring_corpus():
     """The 4-class docstring stand-in for AG News, built once per session."""
-    from going_modular.standins import make_docstring_corpus
+    from going_modular.data.standins import make_docstring_corpus
 
     return make_docstring_corpus()
 
@@ -49,7 +49,7 @@ def photo():
 @pytest.fixture(scope="session")
 def texture_photos(tmp_path_factory):
     """The 3-class texture stand-in, made once per session."""
-    from going_modular.standins import make_texture_photos
+    from going_modular.data.standins import make_texture_photos
 
     return make_texture_photos(tmp_path_factory.mktemp("shared") / "texture_photos")
 

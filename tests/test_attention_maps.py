@@ -1,4 +1,4 @@
-"""Tests for going_modular.attention_maps: shapes, known values and hand-computed cases."""
+"""Tests for going_modular.book.attention_maps: shapes, known values and hand-computed cases."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from going_modular.attention_maps import (
+from going_modular.book.attention_maps import (
     attention_rollout,
     class_token_attention,
     mean_attention_distance,

@@ -21,8 +21,8 @@ from timm.data.random_erasing import RandomErasing
 from torch import nn
 from torchvision.transforms import v2
 
-from going_modular import augment
-from going_modular.augment import (
+from going_modular.data import augment
+from going_modular.data.augment import (
     CIFAR10_MEAN,
     CIFAR10_STD,
     RAND_AUGMENT,
@@ -31,7 +31,7 @@ from going_modular.augment import (
     cifar_test_transform,
     cifar_train_transform,
 )
-from going_modular.cct_recipes import CCT_CIFAR_200, CCT_CIFAR_300
+from going_modular.training.cct_recipes import CCT_CIFAR_200, CCT_CIFAR_300
 
 
 def _pil(size: int = 32, seed: int = 0, channels: int = 3) -> Image.Image:

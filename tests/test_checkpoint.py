@@ -10,13 +10,13 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from going_modular import utils
-from going_modular.checkpoint import (
+from going_modular.engine import fit
+from going_modular.training.checkpoint import (
     CHECKPOINT_NAME,
     CheckpointMismatchError,
     read_checkpoint,
 )
-from going_modular.engine import fit
-from going_modular.recipe import Recipe
+from going_modular.training.recipe import Recipe
 
 LOSSES = ("train_loss", "train_acc", "test_loss", "test_acc")
 

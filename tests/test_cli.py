@@ -18,10 +18,12 @@ import tomllib
 import torch
 from torchvision import transforms
 
-from going_modular import cli, datasets, runs, standins, train, utils
-from going_modular.checkpoint import save_checkpoint
+from going_modular import cli, train, utils
+from going_modular.data import datasets, standins
+from going_modular.data.paths import project_root
 from going_modular.models.registry import _REGISTRY
-from going_modular.paths import project_root
+from going_modular.training import runs
+from going_modular.training.checkpoint import save_checkpoint
 
 TINY = ["--model", "tinyvgg", "--dataset", "mnist", "--batch-size", "32"]
 
@@ -484,7 +486,7 @@ def test_a_corrupt_image_in_a_later_epoch_keeps_the_finished_ones(
             victim.write_bytes(b"\xff\xd8 no jpeg")
 
     monkeypatch.setattr(
-        "going_modular.checkpoint.save_checkpoint", corrupt_after_epoch_1
+        "going_modular.training.checkpoint.save_checkpoint", corrupt_after_epoch_1
     )
     with pytest.raises(SystemExit) as info:
         train.main(_own(tiny_image_folder, out))

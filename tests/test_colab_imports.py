@@ -264,7 +264,10 @@ def test_a_chapter_without_the_setup_cell_cannot_import_the_package(tmp_path):
 
 @pytest.mark.parametrize(
     "uses_tracking",
-    ["from going_modular import tracking", "from helper_functions import fit_logged"],
+    [
+        "from going_modular.training import tracking",
+        "from helper_functions import fit_logged",
+    ],
 )
 def test_using_tracking_needs_the_extra(tmp_path, uses_tracking):
     without = _notebook(tmp_path, _setup_cell(), uses_tracking)

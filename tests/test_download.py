@@ -14,9 +14,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from going_modular import download
-from going_modular.download import DownloadError, download_data
-from going_modular.files import sha256_of
+from going_modular.data import download
+from going_modular.data.download import DownloadError, download_data
+from going_modular.data.files import sha256_of
 
 
 def _zip(members: dict[str, bytes]) -> bytes:

@@ -19,7 +19,8 @@ from dry_run_fixtures import dry_run_environment, make_cifar10, make_food_zip, s
 from nbclient import NotebookClient
 from torchvision.datasets import CIFAR10
 
-from going_modular import datasets, settings
+from going_modular.book import settings
+from going_modular.data import datasets
 
 BOOK = Path(__file__).resolve().parents[1] / "book"
 CHAPTERS = sorted(BOOK.glob("[0-9][0-9]_*.ipynb"))

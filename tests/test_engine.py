@@ -14,12 +14,14 @@ from torch.utils.data import DataLoader, TensorDataset
 from torchvision import transforms
 from torchvision.transforms import v2
 
-from going_modular import datasets, divergence, engine, utils
-from going_modular.augment import MixUpCutMix
-from going_modular.checkpoint import read_checkpoint
+from going_modular import engine, utils
+from going_modular.data import datasets
+from going_modular.data.augment import MixUpCutMix
 from going_modular.engine import evaluate, fit, train_one_epoch
 from going_modular.models import build_model
-from going_modular.recipe import Recipe, learning_rates
+from going_modular.training import divergence
+from going_modular.training.checkpoint import read_checkpoint
+from going_modular.training.recipe import Recipe, learning_rates
 
 
 def test_fit_reaches_90_percent_on_digits():

@@ -1,4 +1,4 @@
-"""Where Fashion-MNIST comes from on a fresh machine (going_modular.datasets): in order,
+"""Where Fashion-MNIST comes from on a fresh machine (going_modular.data.datasets): in order,
 BOOK_DATA_DIR, Debian's installed package, Debian's package downloaded without root, and
 torchvision's download, each verified by SHA-256; with none, one line saying what to run.
 
@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from going_modular import datasets, standins
-from going_modular.download import DownloadError
+from going_modular.data import datasets, standins
+from going_modular.data.download import DownloadError
 
 NAMES = tuple(datasets.FASHION_MNIST_SHA256)
 
@@ -256,7 +256,13 @@ def test_prepare_command_fails_fast_with_one_line(tmp_path):
     }
     start = time.perf_counter()
     done = subprocess.run(
-        [sys.executable, "-m", "going_modular.datasets", "--prepare", "fashion-mnist"],
+        [
+            sys.executable,
+            "-m",
+            "going_modular.data.datasets",
+            "--prepare",
+            "fashion-mnist",
+        ],
         env=env,
         capture_output=True,
         text=True,

@@ -1,4 +1,4 @@
-"""going_modular.glue writes exactly the output myst_nb.glue writes (the book build reads
+"""going_modular.book.glue writes exactly the output myst_nb.glue writes (the book build reads
 it), without importing myst-nb."""
 
 import subprocess
@@ -14,7 +14,7 @@ from IPython.utils.capture import capture_output
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from going_modular.glue import GLUE_PREFIX, glue  # noqa: E402
+from going_modular.book.glue import GLUE_PREFIX, glue  # noqa: E402
 
 myst_glue = pytest.importorskip("myst_nb.ext.glue")
 

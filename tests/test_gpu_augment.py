@@ -1,4 +1,4 @@
-"""going_modular.gpu_augment: whole pipelines against the CPU recipes (shapes, dtypes,
+"""going_modular.data.gpu_augment: whole pipelines against the CPU recipes (shapes, dtypes,
 statistics, MixUp/CutMix labels), the loader, and the CLI flag."""
 
 from __future__ import annotations
@@ -10,9 +10,10 @@ import pytest
 import torch
 from PIL import Image
 
-from going_modular import augment, train
-from going_modular import gpu_augment as G
-from going_modular.cct_recipes import CCT_CIFAR_200, CCT_CIFAR_300
+from going_modular import train
+from going_modular.data import augment
+from going_modular.data import gpu_augment as G
+from going_modular.training.cct_recipes import CCT_CIFAR_200, CCT_CIFAR_300
 
 SIZE = 32
 

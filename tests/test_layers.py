@@ -11,15 +11,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from going_modular.models.convert import load_renamed, rename_keys
 from going_modular.models.layers import (
     Attention,
     Block,
     DropPath,
     Mlp,
     collect_attention,
-    load_renamed,
     record_attention,
-    rename_keys,
 )
 from going_modular.models.vitbn import TokenBatchNorm
 

@@ -6,7 +6,10 @@ import pytest
 import torch
 from torch import nn
 
-from going_modular.optim import param_groups_weight_decay, warmup_cosine_schedule
+from going_modular.training.optim import (
+    param_groups_weight_decay,
+    warmup_cosine_schedule,
+)
 
 
 def test_biases_and_norms_are_not_decayed():

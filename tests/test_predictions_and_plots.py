@@ -11,8 +11,9 @@ import torch  # noqa: E402
 from torch import nn  # noqa: E402
 from torchvision import transforms  # noqa: E402
 
-from going_modular import plots, predictions  # noqa: E402
+from going_modular import predictions  # noqa: E402
 from going_modular.models import build_model  # noqa: E402
+from going_modular.training import plots  # noqa: E402
 
 
 class _AlwaysSecond(nn.Module):

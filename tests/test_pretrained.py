@@ -11,7 +11,7 @@ import torch
 from PIL import Image
 from torchvision.models import VisionTransformer
 
-from going_modular.download import DownloadError
+from going_modular.data.download import DownloadError
 from going_modular.models import build_model, pretrained
 from going_modular.models.pretrained import (
     create_vit_feature_extractor,

@@ -12,7 +12,9 @@ import warnings
 import matplotlib.pyplot as plt
 import pytest
 
-from going_modular import engine, files, runs
+from going_modular import engine
+from going_modular.data import files
+from going_modular.training import runs
 
 
 def test_each_run_gets_a_new_folder_and_latest_points_to_it(tmp_path):

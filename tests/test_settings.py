@@ -2,7 +2,7 @@
 
 import pytest
 
-from going_modular import settings
+from going_modular.book import settings
 
 
 @pytest.fixture(autouse=True)

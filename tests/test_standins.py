@@ -1,4 +1,4 @@
-"""going_modular.standins: the stand-ins are real, learnable and split without overlap, and
+"""going_modular.data.standins: the stand-ins are real, learnable and split without overlap, and
 real_or_stand_in is the one rule for when a getter uses one."""
 
 from __future__ import annotations
@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from going_modular import data_setup, standins
-from going_modular.download import DownloadError
+from going_modular import data_setup
+from going_modular.data import standins
+from going_modular.data.download import DownloadError
 
 
 def _getter(load_real, fallback=True, try_offline=False):

@@ -1,4 +1,4 @@
-"""going_modular.text_datasets: AG News, TREC and GloVe, their readers, and the fallback."""
+"""going_modular.data.text_datasets: AG News, TREC and GloVe, their readers, and the fallback."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from going_modular import text_data as td
-from going_modular import text_datasets as tds
-from going_modular.download import DownloadError
+from going_modular.data import text_data as td
+from going_modular.data import text_datasets as tds
+from going_modular.data.download import DownloadError
 
 
 def test_getters_fall_back_offline(capsys) -> None:

@@ -1,13 +1,13 @@
-"""Tests for going_modular.tracking: a tiny run is logged to a temporary store and read back."""
+"""Tests for going_modular.training.tracking: a tiny run is logged to a temporary store and read back."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from going_modular import tracking
-from going_modular.experiments import tensor_loaders
-from going_modular.recipe import Recipe
+from going_modular.training import tracking
+from going_modular.training.experiments import tensor_loaders
+from going_modular.training.recipe import Recipe
 
 
 @pytest.fixture

@@ -13,13 +13,16 @@ from torch import nn
 
 from going_modular.models import build_model, list_models
 from going_modular.models.complexity import count_params
-from going_modular.models.layers import Block, load_renamed
-from going_modular.models.vit import (
+from going_modular.models.convert import (
     CHAPTER_KEYS,
+    load_encoder_layer,
+    load_renamed,
+    load_torchvision_weights,
+)
+from going_modular.models.layers import Block
+from going_modular.models.vit import (
     PatchEmbedding,
     ViT,
-    load_encoder_layer,
-    load_torchvision_weights,
     vit_b_16,
     vit_h_14,
     vit_l_16,

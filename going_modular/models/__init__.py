@@ -33,13 +33,13 @@ And the parts of every transformer have the same names (timm's): ``patch_embed``
 ``attn``, ``norm2``, ``mlp``), ``norm`` and ``head``, the classifier.
 """
 
-from . import (
+from going_modular.models import (
     cct,  # noqa: F401  (registers its factories)
     pretrained,  # noqa: F401  (registers its factory)
     tinyvgg,  # noqa: F401  (registers its factory)
     vit,  # noqa: F401  (registers its factories)
     vitbn,  # noqa: F401  (registers its factories)
 )
-from .registry import build_model, list_models, register_model
+from going_modular.models.registry import build_model, list_models, register_model
 
 __all__ = ["build_model", "list_models", "register_model"]

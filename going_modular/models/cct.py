@@ -29,16 +29,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .checks import check_rates, check_sizes
-from .layers import Block, collect_attention
-from .registry import register_variant
+from going_modular.models.checks import check_rates, check_sizes
+from going_modular.models.layers import Block, collect_attention
+from going_modular.models.registry import register_variant
 
 __all__ = [
     "CCT",
     "CVT",
     "POOLS",
     "POS_EMBEDS",
-    "REFERENCE_KEYS",
     "CompactTransformer",
     "SeqPool",
     "Tokenizer",
@@ -467,26 +466,6 @@ class CVT(ViTLite):
     """Compact Vision Transformer: ViT-Lite with SeqPool instead of a class token."""
 
     default_pool = "seq"
-
-
-# The authors' checkpoints (their keys -> ours) --------------------------------------------------
-
-REFERENCE_KEYS = [
-    (r"^classifier\.class_emb$", "cls_token"),
-    (r"^classifier\.positional_emb$", "pos_embed"),
-    (r"^classifier\.attention_pool\.", "seq_pool."),
-    (
-        r"^classifier\.blocks\.(\d+)\.norm1\.",
-        r"blocks.\1.norm2.",
-    ),  # before pre_norm -> norm1
-    (r"^classifier\.blocks\.(\d+)\.pre_norm\.", r"blocks.\1.norm1."),
-    (r"^classifier\.blocks\.(\d+)\.self_attn\.", r"blocks.\1.attn."),
-    (r"^classifier\.blocks\.(\d+)\.linear([12])\.", r"blocks.\1.mlp.fc\2."),
-    (r"^classifier\.norm\.", "norm."),
-    (r"^classifier\.fc\.", "head."),
-]
-"""SHI-Labs/Compact-Transformers' ``state_dict`` keys -> ours (``tokenizer.*`` are the same):
-``load_renamed(model, torch.load(path), REFERENCE_KEYS)``."""
 
 
 # Registered factories: name -> arguments, as in the paper ---------------------------------------

@@ -25,38 +25,29 @@ torchvision's ViT, ``nn.TransformerEncoderLayer``, the CCT authors' checkpoints.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .checks import check_positive, check_rates, check_sizes
+from going_modular.models.checks import check_positive, check_rates, check_sizes
 
 __all__ = [
     "Attention",
     "Block",
     "DropPath",
-    "KeyRules",
     "Mlp",
     "Norm",
     "collect_attention",
-    "load_renamed",
     "record_attention",
-    "rename_keys",
 ]
 
 Norm = Callable[[int], nn.Module]
 """A norm layer's constructor, called with the number of features: ``nn.LayerNorm``,
 ``functools.partial(nn.LayerNorm, eps=1e-6)``, ``TokenBatchNorm``."""
-
-KeyRules = Sequence[tuple[str, str]]
-"""``(pattern, replacement)`` pairs for ``re.sub``, applied to a key one after the other."""
-
-ModuleT = TypeVar("ModuleT", bound=nn.Module)
 
 
 class Attention(nn.Module):
@@ -286,79 +277,3 @@ def collect_attention(
     finally:
         model.train(was_training)
     return maps
-
-
-# Weights saved under other names ----------------------------------------------------------------
-
-
-def rename_keys(
-    state_dict: Mapping[str, torch.Tensor], rules: KeyRules
-) -> dict[str, torch.Tensor]:
-    """``state_dict`` with every key rewritten by each ``(pattern, replacement)`` rule in turn
-    (``re.sub``); a key that no rule matches keeps its name."""
-    renamed = {}
-    for key, tensor in state_dict.items():
-        new = key
-        for pattern, replacement in rules:
-            new = re.sub(pattern, replacement, new)
-        if new in renamed:
-            raise ValueError(f"Two source keys are renamed to {new!r}: fix the rules.")
-        renamed[new] = tensor
-    return renamed
-
-
-def _check_layer_norm_eps(model: nn.Module, source: nn.Module, rules: KeyRules) -> None:
-    for name, module in source.named_modules():
-        if not isinstance(module, nn.LayerNorm) or module.weight is None:
-            continue
-        ours = model.get_submodule(
-            next(iter(rename_keys({f"{name}.weight": module.weight}, rules)))[
-                : -len(".weight")
-            ]
-        )
-        if isinstance(ours, nn.LayerNorm) and ours.eps != module.eps:
-            raise ValueError(
-                f"LayerNorm eps mismatch for {name}: this model uses {ours.eps}, the source "
-                f"{module.eps}. Build the model with layer_norm_eps={module.eps} (a Block: "
-                f"norm_layer=functools.partial(nn.LayerNorm, eps={module.eps}))."
-            )
-
-
-def load_renamed(
-    model: ModuleT, source: nn.Module | Mapping[str, torch.Tensor], rules: KeyRules
-) -> ModuleT:
-    """Copy the weights of ``source`` (a module or a state dict) into ``model``, their keys
-    renamed by ``rules`` (:func:`rename_keys`), and return ``model``.
-
-    Every tensor of ``model``'s state dict must receive exactly one of the source's and every
-    source tensor must be used, with the same shape; a source module's LayerNorms must have
-    the same eps as ``model``'s. Otherwise ValueError names the first key that does not fit.
-    """
-    state = source.state_dict() if isinstance(source, nn.Module) else source
-    renamed = rename_keys(state, rules)
-    old_name = dict(zip(renamed, state, strict=True))
-    ours = model.state_dict()
-    unused = [old_name[key] for key in renamed if key not in ours]
-    if unused:
-        raise ValueError(
-            f"{len(unused)} source tensors have no place in this model, e.g. {unused[0]!r} "
-            f"(renamed {next(k for k in renamed if k not in ours)!r}): build the model with "
-            "the source's configuration or extend the rules."
-        )
-    missing = [key for key in ours if key not in renamed]
-    if missing:
-        raise ValueError(
-            f"{len(missing)} tensors of this model get no source tensor, e.g. {missing[0]!r}: "
-            "build the model with the source's configuration or extend the rules."
-        )
-    for key, tensor in renamed.items():
-        if ours[key].shape != tensor.shape:
-            raise ValueError(
-                f"Shape mismatch for {key} <- {old_name[key]}: this model has "
-                f"{tuple(ours[key].shape)}, the source has {tuple(tensor.shape)}. Build the "
-                "model with the source's configuration."
-            )
-    if isinstance(source, nn.Module):
-        _check_layer_norm_eps(model, source, rules)
-    model.load_state_dict(renamed)
-    return model

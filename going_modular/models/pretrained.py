@@ -16,9 +16,9 @@ from typing import Any
 from torch import nn
 from torchvision.models import VisionTransformer, ViT_B_16_Weights, vit_b_16
 
-from ..download import DownloadError
-from ..settings import announce_fixture, is_offline, uses_fixtures
-from .registry import register_model
+from going_modular.book.settings import announce_fixture, is_offline, uses_fixtures
+from going_modular.data.download import DownloadError
+from going_modular.models.registry import register_model
 
 __all__ = [
     "create_vit_feature_extractor",

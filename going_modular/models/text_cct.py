@@ -15,9 +15,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from .cct import TransformerClassifier
-from .checks import check_sizes
-from .layers import collect_attention
+from going_modular.models.cct import TransformerClassifier
+from going_modular.models.checks import check_sizes
+from going_modular.models.layers import collect_attention
 
 __all__ = ["TextCCT", "TextTokenizer", "text_cct_2"]
 

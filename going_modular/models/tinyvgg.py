@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .checks import check_sizes
-from .registry import register_model
+from going_modular.models.checks import check_sizes
+from going_modular.models.registry import register_model
 
 __all__ = ["TinyVGG", "tinyvgg"]
 

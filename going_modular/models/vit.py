@@ -24,22 +24,20 @@ from functools import partial
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
-from torchvision.models import VisionTransformer
 
-from .checks import check_patch_grid, check_positive, check_rates, check_sizes
-from .layers import Block, collect_attention, load_renamed
-from .registry import register_variant
+from going_modular.models.checks import (
+    check_patch_grid,
+    check_positive,
+    check_rates,
+    check_sizes,
+)
+from going_modular.models.layers import Block, collect_attention
+from going_modular.models.registry import register_variant
 
 __all__ = [
-    "CHAPTER_KEYS",
-    "TORCHVISION_KEYS",
-    "TORCH_LAYER_KEYS",
     "PatchEmbedding",
     "ViT",
-    "load_encoder_layer",
-    "load_torchvision_weights",
     "vit_b_16",
     "vit_cifar_p2",
     "vit_h_14",
@@ -191,97 +189,6 @@ class ViT(nn.Module):
         sums to one. The model's train/eval mode is restored afterwards.
         """
         return collect_attention(self, x)
-
-
-# Weights saved under other names ----------------------------------------------------------------
-
-TORCHVISION_KEYS = [  # torchvision.models.VisionTransformer -> ViT
-    (r"^class_token$", "cls_token"),
-    (r"^conv_proj\.", "patch_embed.proj."),
-    (r"^encoder\.pos_embedding$", "pos_embed"),
-    (r"^encoder\.layers\.encoder_layer_(\d+)\.", r"blocks.\1."),
-    (r"\.ln_1\.", ".norm1."),
-    (r"\.self_attention\.in_proj_", ".attn.qkv."),
-    (r"\.self_attention\.out_proj\.", ".attn.proj."),
-    (r"\.ln_2\.", ".norm2."),
-    (r"\.mlp\.0\.", ".mlp.fc1."),
-    (r"\.mlp\.3\.", ".mlp.fc2."),
-    (r"^encoder\.ln\.", "norm."),
-    (r"^heads\.head\.", "head."),
-]
-
-TORCH_LAYER_KEYS = [  # nn.TransformerEncoderLayer -> Block (norm1, norm2 keep their names)
-    (r"(^|\.)self_attn\.in_proj_", r"\1attn.qkv."),
-    (r"(^|\.)self_attn\.out_proj\.", r"\1attn.proj."),
-    (r"(^|\.)linear1\.", r"\1mlp.fc1."),
-    (r"(^|\.)linear2\.", r"\1mlp.fc2."),
-]
-r"""Also inside a model: with ``(r"^encoder\.layers\.", "blocks.")`` first, an
-``nn.TransformerEncoder``'s keys."""
-
-CHAPTER_KEYS = [  # the names of chapters 2-5 (a whole ViT or one block) -> the package's
-    (r"^patch_embedding\.(patcher|proj)\.", "patch_embed.proj."),
-    (r"^class_embedding$", "cls_token"),
-    (r"^position_embedding$", "pos_embed"),
-    (r"^encoder\.(\d+)\.", r"blocks.\1."),
-    (r"(^|\.)msa_block\.layer_norm\.", r"\1norm1."),
-    (r"(^|\.)msa_block\.", r"\1attn."),
-    (r"(^|\.)mlp_block\.layer_norm\.", r"\1norm2."),
-    (r"(^|\.)mlp_block\.mlp\.0\.", r"\1mlp.fc1."),
-    (r"(^|\.)mlp_block\.mlp\.3\.", r"\1mlp.fc2."),
-    (r"^classifier\.0\.", "norm."),
-    (r"^classifier\.1\.", "head."),
-]
-"""Chapter 5's ViT loads into the package's with ``load_renamed(vit, chapter_vit, CHAPTER_KEYS)``,
-chapter 4's block into a :class:`Block` the same way: ``msa_block.layer_norm`` is ``norm1``,
-``msa_block.qkv``/``proj`` are ``attn.qkv``/``proj``, ``mlp_block.layer_norm`` is ``norm2``,
-``mlp_block.mlp.0``/``3`` are ``mlp.fc1``/``fc2``, ``classifier.0``/``1`` are ``norm``/``head``."""
-
-
-def _check_heads(block: Block, source_heads: int) -> None:
-    if block.attn.heads != source_heads:
-        raise ValueError(
-            f"Head count mismatch: this model has {block.attn.heads} heads, the source "
-            f"{source_heads}. Build it with heads={source_heads}."
-        )
-
-
-def load_encoder_layer(block: Block, layer: nn.TransformerEncoderLayer) -> Block:
-    """Copy a pre-norm GELU ``nn.TransformerEncoderLayer`` into ``block`` (by
-    :data:`TORCH_LAYER_KEYS`); it must be built with ``norm_first=True, activation="gelu"`` to
-    compute the same function (``batch_first`` does not affect the weights)."""
-    if not layer.norm_first or layer.activation is not F.gelu:
-        raise ValueError(
-            "Only a pre-norm GELU nn.TransformerEncoderLayer matches a ViT block: build it "
-            'with norm_first=True, activation="gelu".'
-        )
-    _check_heads(block, layer.self_attn.num_heads)
-    return load_renamed(block, layer, TORCH_LAYER_KEYS)
-
-
-def load_torchvision_weights(model: ViT, tv_model: VisionTransformer) -> ViT:
-    """Copy a ``torchvision.models.VisionTransformer``'s weights into ``model`` (same
-    configuration, by :data:`TORCHVISION_KEYS`); in eval mode ``model(x)`` then equals
-    ``tv_model(x)`` up to float32 rounding."""
-    if tv_model.representation_size is not None:
-        raise ValueError(
-            "torchvision ViTs with a pre-logits layer (representation_size) differ."
-        )
-    tv_layers = list(tv_model.encoder.layers)
-    if len(tv_layers) != len(model.blocks):
-        raise ValueError(
-            f"Layer count mismatch: this model has {len(model.blocks)} blocks, the source "
-            f"{len(tv_layers)}. Build it with depth={len(tv_layers)}."
-        )
-    _check_heads(model.blocks[0], tv_layers[0].self_attention.num_heads)
-    if model.pos_embed.shape != tv_model.encoder.pos_embedding.shape:
-        raise ValueError(
-            f"Shape mismatch for pos_embed <- encoder.pos_embedding: this model has "
-            f"{tuple(model.pos_embed.shape)}, the source "
-            f"{tuple(tv_model.encoder.pos_embedding.shape)}: build the model with the "
-            f"source's img_size ({tv_model.image_size}) and patch_size ({tv_model.patch_size})."
-        )
-    return load_renamed(model, tv_model, TORCHVISION_KEYS)
 
 
 # Registered factories: one line each, (patch_size, depth, dim, heads, mlp_ratio) ---------------

@@ -32,9 +32,9 @@ from collections.abc import Iterable
 import torch
 from torch import nn
 
-from .checks import check_patch_grid, check_rates, check_sizes
-from .layers import Block, Norm
-from .registry import register_variant
+from going_modular.models.checks import check_patch_grid, check_rates, check_sizes
+from going_modular.models.layers import Block, Norm
+from going_modular.models.registry import register_variant
 
 __all__ = [
     "Patchify",

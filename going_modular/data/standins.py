@@ -36,10 +36,10 @@ import numpy as np
 from PIL import Image
 from torch.utils.data import Dataset
 
-from .download import DownloadError
-from .files import atomic_folder
-from .settings import is_offline
-from .text_data import TextClassificationData
+from going_modular.data.download import DownloadError
+from going_modular.data.files import atomic_folder
+from going_modular.book.settings import is_offline
+from going_modular.data.text_data import TextClassificationData
 
 __all__ = [
     "STAND_IN_LIBRARIES",

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import torch
 from torch import Generator
 
-from .gpu_augment_ops import OP_NAMES, apply_ops
+from going_modular.data.gpu_augment.ops import OP_NAMES, apply_ops
 
 __all__ = [
     "CIFAR10_POLICY",

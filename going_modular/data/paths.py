@@ -7,7 +7,7 @@ from pathlib import Path
 
 __all__ = ["data_dir", "project_root"]
 
-_PACKAGE_PARENT = Path(__file__).resolve().parents[1]
+_PACKAGE_PARENT = Path(__file__).resolve().parents[2]
 
 
 def project_root() -> Path | None:

@@ -20,8 +20,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from .files import atomic_write
-from .recipe import Recipe
+from going_modular.data.files import atomic_write
+from going_modular.training.recipe import Recipe
 
 __all__ = [
     "CHECKPOINT_FORMAT",

@@ -28,10 +28,10 @@ import pandas as pd
 import torch
 from torch import nn
 
-from . import engine
-from .divergence import TrainingDiverged
-from .paths import project_root
-from .recipe import Recipe
+from going_modular import engine
+from going_modular.data.paths import project_root
+from going_modular.training.divergence import TrainingDiverged
+from going_modular.training.recipe import Recipe
 
 if TYPE_CHECKING:
     from mlflow.entities import Run

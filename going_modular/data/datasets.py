@@ -27,11 +27,11 @@ import torch
 from torch.utils.data import Dataset
 from torchvision.datasets import CIFAR10
 
-from . import standins
-from .download import DownloadError, download_data
-from .files import atomic_write, temporary_folder
-from .paths import data_dir
-from .settings import announce_fixture, is_offline, uses_fixtures
+from going_modular.data import standins
+from going_modular.data.download import DownloadError, download_data
+from going_modular.data.files import atomic_write, temporary_folder
+from going_modular.data.paths import data_dir
+from going_modular.book.settings import announce_fixture, is_offline, uses_fixtures
 
 __all__ = [
     "DEBIAN_FASHION_MNIST",

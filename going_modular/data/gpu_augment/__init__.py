@@ -31,15 +31,15 @@ import torch.nn.functional as F
 from torch.utils.data import Dataset, TensorDataset
 
 if TYPE_CHECKING:
-    from .cct_recipes import CCTRecipe
+    from going_modular.training.cct_recipes import CCTRecipe
 
-from .gpu_augment_crops import (
+from going_modular.data.gpu_augment.crops import (
     random_erasing,
     random_hflip,
     random_pad_crop,
     random_resized_crop,
 )
-from .gpu_augment_policies import AutoAugment, RandAugment
+from going_modular.data.gpu_augment.policies import AutoAugment, RandAugment
 
 __all__ = [
     "BatchAugment",

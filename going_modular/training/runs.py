@@ -38,10 +38,15 @@ from typing import Any
 import matplotlib.pyplot as plt
 from torch import nn
 
-from . import utils
-from .checkpoint import CHECKPOINT_NAME, read_checkpoint
-from .files import atomic_write, sha256_of, temporary_prefix, write_json
-from .plots import plot_loss_curves
+from going_modular import utils
+from going_modular.data.files import (
+    atomic_write,
+    sha256_of,
+    temporary_prefix,
+    write_json,
+)
+from going_modular.training.checkpoint import CHECKPOINT_NAME, read_checkpoint
+from going_modular.training.plots import plot_loss_curves
 
 try:
     import fcntl

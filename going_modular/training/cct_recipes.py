@@ -22,14 +22,14 @@ from typing import Any
 import torch
 from torchvision.transforms import v2
 
-from .augment import (
+from going_modular.data.augment import (
     CIFAR10_MEAN,
     CIFAR10_STD,
     MixUpCutMix,
     cifar_test_transform,
     cifar_train_transform,
 )
-from .recipe import Recipe
+from going_modular.training.recipe import Recipe
 
 __all__ = [
     "CCT_CIFAR_200",

@@ -6,7 +6,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
-from .style import figsize
+from going_modular.book.style import figsize
 
 __all__ = ["compare_runs", "plot_loss_curves", "tensor_to_image"]
 

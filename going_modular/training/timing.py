@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .engine import autocast
+from going_modular.engine import autocast
 
 __all__ = ["images_per_second"]
 

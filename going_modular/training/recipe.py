@@ -23,7 +23,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from .optim import param_groups_weight_decay, warmup_cosine_schedule
+from going_modular.training.optim import (
+    param_groups_weight_decay,
+    warmup_cosine_schedule,
+)
 
 __all__ = ["SCHEDULES", "BatchTransform", "Recipe", "Schedule", "learning_rates"]
 
@@ -73,6 +76,7 @@ class Recipe:
     * Length: ``epochs`` passes over the training data, each at most
       ``max_steps_per_epoch`` batches; or ``steps`` optimizer steps in all (then as many
       passes as needed, the last one cut short). ``time_budget`` (seconds) stops earlier.
+      ``max_eval_steps`` caps each test pass at so many batches (None: the whole test set).
     * ``max_grad_norm`` clips the global gradient norm; ``amp`` trains and tests under
       autocast (float16 with gradient scaling on CUDA, bfloat16 on a CPU).
     """
@@ -90,6 +94,7 @@ class Recipe:
     epochs: int = 1
     steps: int | None = None
     max_steps_per_epoch: int | None = None
+    max_eval_steps: int | None = None
     time_budget: float | None = None
     max_grad_norm: float | None = None
     amp: bool = False
@@ -100,6 +105,7 @@ class Recipe:
         _positive("epochs", self.epochs, int, optional=False)
         _positive("steps", self.steps, int)
         _positive("max_steps_per_epoch", self.max_steps_per_epoch, int)
+        _positive("max_eval_steps", self.max_eval_steps, int)
         _positive("time_budget", self.time_budget)
         _positive("max_grad_norm", self.max_grad_norm)
         if self.steps is not None and self.epochs != 1:

@@ -1,0 +1,44 @@
+"""Whether the data code may use the network, and whether online sources are test fixtures.
+
+The library never reads the book's environment: whoever runs it says so here. The book's
+settings (``BOOK_OFFLINE``, ``BOOK_FIXTURES``) and the CLI's options call
+:func:`set_offline` and :func:`set_fixtures`; the getters in :mod:`going_modular.data`
+ask :func:`is_offline` and :func:`uses_fixtures`.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "announce_fixture",
+    "is_offline",
+    "set_fixtures",
+    "set_offline",
+    "uses_fixtures",
+]
+
+_state = {"offline": False, "fixtures": False}
+
+
+def set_offline(offline: bool) -> None:
+    """Never touch the network from now on (True), or allow it again (False)."""
+    _state["offline"] = bool(offline)
+
+
+def is_offline() -> bool:
+    """True when the data code must not use the network (default False)."""
+    return _state["offline"]
+
+
+def set_fixtures(fixtures: bool) -> None:
+    """Say that the online datasets and weights are small local test fixtures."""
+    _state["fixtures"] = bool(fixtures)
+
+
+def uses_fixtures() -> bool:
+    """True when online data and weights come from local test fixtures."""
+    return _state["fixtures"]
+
+
+def announce_fixture(name: str, detail: str) -> None:
+    """Print the loud one-line notice that ``name`` is a test fixture, not the real thing."""
+    print(f"[FIXTURE] {name}: {detail} (test fixtures; results mean nothing)")
