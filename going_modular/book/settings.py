@@ -23,6 +23,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import platform
@@ -33,6 +34,8 @@ from typing import TypeVar
 
 import torch
 
+from going_modular.data import network
+
 __all__ = [
     "SETTINGS",
     "DRY_RUN_STEPS",
@@ -40,7 +43,8 @@ __all__ = [
     "T4_FP32_PEAK",
     "STEP_OVERHEAD_S",
     "Work",
-    "announce_fixture",
+    "apply_to_library",
+    "capped",
     "ClaimError",
     "cap",
     "checkpoint_root",
@@ -80,6 +84,7 @@ _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 _WIDTH = 80
 T = TypeVar("T")
+RecipeT = TypeVar("RecipeT")
 _UNSET = object()
 # Which value each setting takes in pick(): its own, else the next one given.
 _PICK_ORDER = {
@@ -124,14 +129,28 @@ def cap(n: T, at: int | None = None) -> T:
     return n[:limit] if isinstance(n, (list, tuple, range)) else min(n, limit)
 
 
+def capped(recipe: RecipeT) -> RecipeT:
+    """``recipe`` as it is, or in a dry run with its training and test passes cut to
+    :data:`DRY_RUN_STEPS` batches each: ``fit(model, train, test, capped(recipe))``."""
+    if not is_dry_run():
+        return recipe
+    return dataclasses.replace(
+        recipe,
+        max_steps_per_epoch=cap(recipe.max_steps_per_epoch),
+        max_eval_steps=cap(recipe.max_eval_steps),
+    )
+
+
 def uses_fixtures() -> bool:
     """True when online data and weights come from local test fixtures (``BOOK_FIXTURES=1``)."""
     return _flag("BOOK_FIXTURES")
 
 
-def announce_fixture(name: str, detail: str) -> None:
-    """Print the loud one-line notice that ``name`` is a test fixture, not the real thing."""
-    print(f"[FIXTURE] {name}: {detail} (BOOK_FIXTURES=1; results mean nothing)")
+def apply_to_library() -> None:
+    """Pass ``BOOK_OFFLINE`` and ``BOOK_FIXTURES`` to the library (:mod:`~going_modular.data.network`),
+    which never reads the book's environment itself; done when this module is imported."""
+    network.set_offline(is_offline())
+    network.set_fixtures(uses_fixtures())
 
 
 def setting() -> str:
@@ -341,3 +360,6 @@ def claim(sentence: str, holds: bool) -> None:
             f"This run contradicts the chapter's prose: {sentence!r}. Re-run the "
             "chapter in its cpu setting on an idle machine, or correct the prose."
         )
+
+
+apply_to_library()

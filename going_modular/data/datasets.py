@@ -31,7 +31,7 @@ from going_modular.data import standins
 from going_modular.data.download import DownloadError, download_data
 from going_modular.data.files import atomic_write, temporary_folder
 from going_modular.data.paths import data_dir
-from going_modular.book.settings import announce_fixture, is_offline, uses_fixtures
+from going_modular.data.network import announce_fixture, is_offline, uses_fixtures
 
 __all__ = [
     "DEBIAN_FASHION_MNIST",

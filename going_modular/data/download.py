@@ -32,7 +32,7 @@ from tqdm.auto import tqdm
 
 from going_modular.data.files import atomic_folder, remove_stale_temporaries, sha256_of, temporary_folder
 from going_modular.data.paths import data_dir as default_data_dir
-from going_modular.book.settings import is_offline
+from going_modular.data.network import is_offline
 
 __all__ = ["RECORD", "DownloadError", "download_data"]
 

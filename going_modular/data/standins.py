@@ -38,7 +38,7 @@ from torch.utils.data import Dataset
 
 from going_modular.data.download import DownloadError
 from going_modular.data.files import atomic_folder
-from going_modular.book.settings import is_offline
+from going_modular.data.network import is_offline
 from going_modular.data.text_data import TextClassificationData
 
 __all__ = [
