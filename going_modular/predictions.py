@@ -12,11 +12,12 @@ from torch import nn
 from torch.utils.data import Dataset
 from torchvision import transforms
 
-from going_modular.book.style import COLUMN_INCHES
 from going_modular.data_setup import load_rgb
 from going_modular.training.plots import tensor_to_image
 
 __all__ = ["plot_prediction_grid", "pred_and_plot_image", "predict_image"]
+
+_GRID_INCHES = 8.2  # the widest a grid of predictions is drawn
 
 
 def predict_image(
@@ -42,16 +43,17 @@ def predict_image(
 
 def pred_and_plot_image(
     model: nn.Module,
-    image_path: str | Path,
     class_names: Sequence[str],
+    image_path: str | Path,
     image_size: tuple[int, int] = (224, 224),
     transform: transforms.Compose | None = None,
     device: torch.device | str = "cpu",
 ) -> tuple[str, float]:
     """Predict the class of one image, show it titled with the prediction, and return both.
 
-    Without ``transform`` the image is resized to ``image_size`` and normalised with the
-    ImageNet statistics, as the course's helper does.
+    The arguments are the course's, in its order. Without ``transform`` the image is
+    resized to ``image_size`` and normalised with the ImageNet statistics, as the course's
+    helper does.
     """
     if transform is None:
         transform = transforms.Compose(
@@ -90,7 +92,7 @@ def plot_prediction_grid(
         preds = model(torch.stack(images).to(device)).argmax(dim=1).cpu()
     cols = int(len(indices) ** 0.5 + 0.999)
     rows = (len(indices) + cols - 1) // cols
-    panel = min(2.6, COLUMN_INCHES / cols)  # the grid fits the book's column
+    panel = min(2.6, _GRID_INCHES / cols)
     fig, axes = plt.subplots(
         rows, cols, figsize=(panel * cols, (panel + 0.2) * rows), squeeze=False
     )

@@ -1,8 +1,10 @@
 """Small utilities: seeds, the device, and checkpoints that know how to rebuild their model.
 
 :func:`save_model` writes a model's weights with how to rebuild it (its ``build_config``),
-its class names and any extra facts; :func:`load_model` reads one back (safely:
-``weights_only=True``), into a given model or rebuilding the recorded one.
+its class names and any extra facts, with the SHA-256 of it all; :func:`load_model` reads
+one back (safely: ``weights_only=True``), refusing a file whose checksum does not hold,
+into a given model or rebuilding the recorded one. :func:`set_seeds` and
+:func:`get_device` live in :mod:`going_modular.training.seeding`.
 """
 
 from __future__ import annotations
@@ -10,18 +12,17 @@ from __future__ import annotations
 import inspect
 import math
 import pickle
-import random
 import zipfile
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from torch import nn
 
-from going_modular.data.files import atomic_write
 from going_modular.models import build_model
 from going_modular.models.registry import _REGISTRY
+from going_modular.training.checkpoint import is_verified, verified, write_verified
+from going_modular.training.seeding import get_device, set_seeds
 
 __all__ = [
     "CHECKPOINT_FORMAT",
@@ -33,19 +34,6 @@ __all__ = [
 ]
 
 CHECKPOINT_FORMAT = 1
-
-
-def set_seeds(seed: int = 42) -> None:
-    """Seed Python's, NumPy's and PyTorch's (CPU and CUDA) random number generators."""
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-    torch.cuda.manual_seed_all(seed)
-
-
-def get_device() -> torch.device:
-    """``cuda`` when a GPU is present, else ``cpu``."""
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
 def prefer_channels_last(model: nn.Module) -> nn.Module:
@@ -87,8 +75,10 @@ def save_model(
 
     The file is written atomically (a temporary file renamed into place), so an interrupted
     save never leaves a half-written checkpoint; a temporary left by a killed process is
-    removed by the next save (:func:`going_modular.files.atomic_write`). The file gets the
-    umask's permissions, like any new file.
+    removed by the next save (:func:`going_modular.data.files.atomic_write`). It carries the
+    SHA-256 of its contents, which :func:`load_model` checks
+    (:func:`going_modular.training.checkpoint.write_verified`). The file gets the umask's
+    permissions, like any new file.
     Weights that are NaN or infinite are refused. ``model_name`` must end in ``.pt`` or
     ``.pth``.
     """
@@ -117,7 +107,7 @@ def save_model(
         "class_names": list(class_names) if class_names is not None else None,
         "extra": extra or {},
     }
-    path = atomic_write(target_dir / model_name, lambda f: torch.save(checkpoint, f))
+    path = write_verified(target_dir / model_name, checkpoint)
     print(f"[INFO] Saved model to: {path.name}")
     return path
 
@@ -187,7 +177,8 @@ def _check_device(device: str | torch.device) -> torch.device:
 
 
 def _read(path: str | Path, map_location: str | torch.device) -> Any:
-    """``torch.load`` (weights only), with a clear error for a missing or broken file."""
+    """``torch.load`` (weights only), with a clear error for a missing or broken file;
+    the contents of a checksummed file after checking them."""
     map_location = _check_device(map_location)
     path = Path(path)
     if not path.is_file():
@@ -195,7 +186,7 @@ def _read(path: str | Path, map_location: str | torch.device) -> Any:
             f"No checkpoint at {path}. Check the path or train a model first."
         )
     try:
-        return torch.load(path, map_location=map_location, weights_only=True)
+        obj = torch.load(path, map_location=map_location, weights_only=True)
     except PermissionError:
         raise
     except (
@@ -208,6 +199,9 @@ def _read(path: str | Path, map_location: str | torch.device) -> Any:
         pickle.UnpicklingError,
     ) as error:
         raise _unreadable(path, error) from error
+    # A CorruptCheckpointError (a ValueError) when a checksummed file was changed; a file
+    # without a checksum (a plain state_dict, a checkpoint written by hand) as it is.
+    return verified(obj, path) if is_verified(obj) else obj
 
 
 def _require_checkpoint(obj: Any, path: str | Path) -> dict[str, Any]:

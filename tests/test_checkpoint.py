@@ -11,9 +11,11 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from going_modular import utils
 from going_modular.engine import fit
+from going_modular.training import loop
 from going_modular.training.checkpoint import (
     CHECKPOINT_NAME,
     CheckpointMismatchError,
+    CorruptCheckpointError,
     read_checkpoint,
 )
 from going_modular.training.recipe import Recipe
@@ -131,3 +133,113 @@ def test_an_unreadable_checkpoint_is_refused_saying_what_to_do(tmp_path):
         match="Cannot read the training checkpoint .*Move it away to start afresh",
     ):
         read_checkpoint(tmp_path)
+
+
+class _Jitter:
+    """A batch transform that keeps state: noise from its own generator, and a count."""
+
+    def __init__(self):
+        self.generator, self.batches = torch.Generator().manual_seed(5), 0
+
+    def __call__(self, X, y):
+        self.batches += 1
+        return X + 0.1 * torch.randn(X.shape, generator=self.generator), y
+
+    def state_dict(self) -> dict:
+        return {"rng": self.generator.get_state(), "batches": self.batches}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.generator.set_state(state["rng"])
+        self.batches = state["batches"]
+
+
+def _train_jittered(checkpoint_dir=None, callbacks=()):
+    model, train_dl, test_dl = _setup()
+    transform = _Jitter()
+    results = fit(
+        model,
+        train_dl,
+        test_dl,
+        _recipe().replace(batch_transform=transform),
+        device="cpu",
+        callbacks=callbacks,
+        checkpoint_dir=checkpoint_dir,
+        progress=False,
+    )
+    return results, transform, model
+
+
+def test_a_stateful_batch_transform_resumes_exactly(tmp_path):
+    uninterrupted, transform, model = _train_jittered()
+    with pytest.raises(KeyboardInterrupt):
+        _train_jittered(tmp_path, callbacks=[_stop_after_epoch_2])
+    assert read_checkpoint(tmp_path)["local"][0]["batch_transform"]["batches"] == 10
+    resumed, resumed_transform, resumed_model = _train_jittered(tmp_path)
+    for key in LOSSES:
+        assert resumed[key] == uninterrupted[key], key
+    assert resumed_transform.batches == transform.batches == 20
+    for name, value in model.state_dict().items():
+        assert torch.equal(resumed_model.state_dict()[name], value), name
+
+
+def test_a_loaders_own_generator_is_restored(tmp_path):
+    def train(checkpoint_dir=None, callbacks=()):
+        model, train_dl, test_dl = _setup()
+        generator = torch.Generator().manual_seed(9)
+        shuffled = DataLoader(
+            train_dl.dataset, batch_size=8, shuffle=True, generator=generator
+        )
+        return fit(model, shuffled, test_dl, _recipe(), device="cpu", progress=False,
+                   callbacks=callbacks, checkpoint_dir=checkpoint_dir)  # fmt: skip
+
+    uninterrupted = train()
+    with pytest.raises(KeyboardInterrupt):
+        train(tmp_path, callbacks=[_stop_after_epoch_2])
+    resumed = train(tmp_path)
+    for key in LOSSES:
+        assert resumed[key] == uninterrupted[key], key
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate"])
+def test_a_corrupt_checkpoint_is_refused_and_never_trained_from(tmp_path, damage):
+    _train(epochs=2, checkpoint_dir=tmp_path)
+    path = tmp_path / CHECKPOINT_NAME
+    content = bytearray(path.read_bytes())
+    if damage == "flip":
+        content[len(content) // 2] ^= 0x10  # one bit, inside the saved weights
+    else:
+        content = content[: len(content) - 100]
+    path.write_bytes(bytes(content))
+    model, train_dl, test_dl = _setup()
+    calls = []
+    model.register_forward_hook(lambda *args: calls.append(1))
+    with pytest.raises(CorruptCheckpointError, match=f"{path}.*(corrupt|truncated)"):
+        fit(model, train_dl, test_dl, _recipe(2), device="cpu",
+            checkpoint_dir=tmp_path, progress=False)  # fmt: skip
+    assert calls == []
+
+
+def test_a_run_stopped_by_its_time_budget_continues_with_a_new_budget(
+    tmp_path, capsys, monkeypatch
+):
+    clock = iter(range(0, 10_000, 5))  # every reading 5 s after the last
+    monkeypatch.setattr(loop.time, "perf_counter", lambda: float(next(clock)))
+    model, train_dl, test_dl = _setup()
+
+    def run(budget):
+        recipe = _recipe(4).replace(time_budget=budget)
+        return fit(model, train_dl, test_dl, recipe, device="cpu",
+                   checkpoint_dir=tmp_path, progress=True)  # fmt: skip
+
+    first = run(1)  # spent at the first step: the first epoch ends there
+    saved = read_checkpoint(tmp_path)
+    again = run(1)  # the same budget: nothing more to train
+    longer = run(10_000)
+    assert len(first["train_loss"]) == 1 and first["steps"] == [1]
+    assert saved["epoch"] == 1 and saved["seconds"] > 1
+    assert again == first
+    assert len(longer["train_loss"]) == 4 and longer["steps"] == [1, 5, 5, 5]
+    assert longer["train_loss"][0] == first["train_loss"][0]
+    out = capsys.readouterr().out
+    assert out.count("Time budget of 1 s spent: stopped in epoch 1.") == 2
+    assert "1 of 4 epochs done; continuing with epoch 2." in out

@@ -19,7 +19,7 @@ from going_modular.data import datasets
 from going_modular.data.augment import MixUpCutMix
 from going_modular.engine import evaluate, fit, train_one_epoch
 from going_modular.models import build_model
-from going_modular.training import divergence
+from going_modular.training import divergence, loop
 from going_modular.training.checkpoint import read_checkpoint
 from going_modular.training.recipe import Recipe, learning_rates
 
@@ -289,7 +289,7 @@ def test_without_test_data_only_training_is_recorded():
 
 
 def test_the_device_defaults_to_the_gpu_when_there_is_one(monkeypatch):
-    monkeypatch.setattr(engine, "get_device", lambda: torch.device("cpu"))
+    monkeypatch.setattr(loop, "get_device", lambda: torch.device("cpu"))
     model = _linear()
     fit(model, _toy_problem(), None, Recipe(), progress=False)
     assert next(model.parameters()).device.type == "cpu"
@@ -438,7 +438,7 @@ def test_on_a_gpu_the_nan_check_reads_a_device_flag_and_the_scaler_skips_the_ste
     """fit builds a fused optimiser there; no value is read at each step: the flag is
     read at the epoch's end (every NONFINITE_CHECK_STEPS steps), the scaler has skipped
     the NaN step meanwhile on the device."""
-    monkeypatch.setattr(engine, "_ASYNC_DEVICES", ("cuda", "cpu"))
+    monkeypatch.setattr(loop, "_ASYNC_DEVICES", ("cuda", "cpu"))
     batches = list(_nan_in_step_3())  # a list: no DataLoader reading its seed
     reads = []
     item = torch.Tensor.item
@@ -457,7 +457,7 @@ def test_on_a_gpu_the_nan_check_reads_a_device_flag_and_the_scaler_skips_the_ste
 def test_on_a_gpu_an_optimiser_that_cannot_skip_is_checked_at_every_step(
     monkeypatch,
 ):
-    monkeypatch.setattr(engine, "_ASYNC_DEVICES", ("cuda", "cpu"))
+    monkeypatch.setattr(loop, "_ASYNC_DEVICES", ("cuda", "cpu"))
     model = nn.Linear(3, 2)
     steps = []
     model.register_forward_hook(lambda *args: steps.append(1))

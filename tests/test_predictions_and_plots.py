@@ -24,7 +24,7 @@ class _AlwaysSecond(nn.Module):
 def test_pred_and_plot_image(texture_photos):
     image = next((texture_photos / "test" / "grass").glob("*.jpg"))
     label, prob = predictions.pred_and_plot_image(
-        _AlwaysSecond(), image, ["brick", "grass", "gravel"], image_size=(64, 64)
+        _AlwaysSecond(), ["brick", "grass", "gravel"], image, image_size=(64, 64)
     )
     assert label == "grass"
     assert prob == pytest.approx(
@@ -37,7 +37,7 @@ def test_prediction_on_corrupt_image(tmp_path):
     bad = tmp_path / "bad.jpg"
     bad.write_bytes(b"nope")
     with pytest.raises(ValueError, match="Cannot decode image"):
-        predictions.pred_and_plot_image(_AlwaysSecond(), bad, ["a", "b", "c"])
+        predictions.pred_and_plot_image(_AlwaysSecond(), ["a", "b", "c"], bad)
 
 
 def test_prediction_grid_colours_right_and_wrong(texture_photos):
@@ -99,11 +99,11 @@ def test_tensor_to_image_undoes_per_channel_normalisation():
 def test_prediction_on_a_missing_file_says_so(tmp_path):
     with pytest.raises(FileNotFoundError, match="No image file at .*missing.jpg"):
         predictions.pred_and_plot_image(
-            _AlwaysSecond(), tmp_path / "missing.jpg", ["a", "b", "c"]
+            _AlwaysSecond(), ["a", "b", "c"], tmp_path / "missing.jpg"
         )
 
 
 def test_class_names_that_do_not_match_the_model(texture_photos):
     image = next((texture_photos / "test" / "grass").glob("*.jpg"))
     with pytest.raises(ValueError, match="3 class scores but 2 class names"):
-        predictions.pred_and_plot_image(_AlwaysSecond(), image, ["a", "b"], (32, 32))
+        predictions.pred_and_plot_image(_AlwaysSecond(), ["a", "b"], image, (32, 32))

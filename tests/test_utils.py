@@ -13,6 +13,7 @@ import torch
 from going_modular import utils
 from going_modular.models import build_model
 from going_modular.models.registry import _REGISTRY
+from going_modular.training.checkpoint import CHECKSUM_KEY, content_sha256
 
 
 def test_set_seeds_makes_every_generator_repeat():
@@ -157,11 +158,32 @@ def test_prefer_channels_last_only_for_overlapping_convolutions(tmp_path):
 
 
 def _checkpoint(tmp_path, **changes):
-    """A valid checkpoint of ``_tiny()`` with ``changes`` applied, saved as raw torch."""
+    """A valid checkpoint of ``_tiny()`` with ``changes`` applied, saved as raw torch
+    (without the checksum, as a checkpoint written by hand)."""
     path = utils.save_model(_tiny(), tmp_path, "good.pth")
     checkpoint = torch.load(path, weights_only=True) | changes
+    del checkpoint[CHECKSUM_KEY]
     torch.save(checkpoint, tmp_path / "edited.pth")
     return tmp_path / "edited.pth"
+
+
+def test_a_flipped_bit_or_an_edit_is_refused_by_its_checksum(tmp_path):
+    path = utils.save_model(_tiny(), tmp_path, "model.pth", class_names=["a", "b", "c"])
+    saved = torch.load(path, weights_only=True)
+    assert saved[CHECKSUM_KEY] == content_sha256(
+        {k: v for k, v in saved.items() if k != CHECKSUM_KEY}
+    )
+    content = path.read_bytes()
+    weights = saved["state_dict"]["head.1.weight"].numpy().tobytes()
+    at = content.index(weights[:64])  # a bit inside the weights' bytes
+    flipped = tmp_path / "flipped.pth"
+    flipped.write_bytes(content[:at] + bytes([content[at] ^ 0x01]) + content[at + 1 :])
+    with pytest.raises(ValueError, match=f"{flipped}.*(corrupt|checksum)"):
+        utils.load_model(flipped, _tiny())
+    edited = tmp_path / "edited.pth"
+    torch.save(saved | {"class_names": ["x", "b", "c"]}, edited)
+    with pytest.raises(ValueError, match="do not match the SHA-256 checksum"):
+        utils.load_model(edited)
 
 
 def test_a_bogus_device_is_reported_as_such(tmp_path):

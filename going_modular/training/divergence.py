@@ -22,6 +22,7 @@ __all__ = [
     "check_finite_loss",
     "check_not_exploded",
     "likely_causes",
+    "non_finite_elsewhere",
     "non_finite_loss",
 ]
 
@@ -109,6 +110,19 @@ def check_finite_loss(
     )
     value = loss.detach().float().mean().item()
     raise non_finite_loss(value, _where(epoch, step), optimizer, inputs)
+
+
+def non_finite_elsewhere(
+    optimizer: torch.optim.Optimizer, epoch: int | None, step: int
+) -> NonFiniteLossError:
+    """The error every process of a distributed run raises when another one's loss at
+    ``step`` was NaN or infinite (this one's was finite)."""
+    return non_finite_loss(
+        "NaN or infinite in another process",
+        _where(epoch, step),
+        optimizer,
+        "NaN/infinite values in that process's share of the batch (clean the data)",
+    )
 
 
 class DeviceLossCheck:

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from going_modular.utils import set_seeds
+from going_modular.training.seeding import set_seeds
 
 __all__ = [
     "balanced_subset",

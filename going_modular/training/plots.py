@@ -6,9 +6,10 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
-from going_modular.book.style import figsize
+__all__ = ["TWO_PANELS", "compare_runs", "plot_loss_curves", "tensor_to_image"]
 
-__all__ = ["compare_runs", "plot_loss_curves", "tensor_to_image"]
+#: The size, in inches, of a figure of two panels side by side (loss and accuracy).
+TWO_PANELS = (8.2, 3.6)
 
 
 def _finish(
@@ -25,11 +26,14 @@ def _finish(
 
 
 def plot_loss_curves(
-    results: dict[str, list[float]], title: str | None = None
+    results: dict[str, list[float]],
+    title: str | None = None,
+    figsize: tuple[float, float] = TWO_PANELS,
 ) -> plt.Figure:
-    """Plot training and test loss and accuracy per epoch from an engine ``results`` dict."""
+    """Plot training and test loss and accuracy per epoch from an engine ``results`` dict
+    (what ``engine.train`` or ``fit`` returns)."""
     epochs = range(1, len(results["train_loss"]) + 1)
-    fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=figsize(2, panel_height=3.6))
+    fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=figsize)
     for ax, metric, label in ((ax_loss, "loss", "Loss"), (ax_acc, "acc", "Accuracy")):
         ax.plot(epochs, results[f"train_{metric}"], marker="o", label=f"train {metric}")
         ax.plot(epochs, results[f"test_{metric}"], marker="o", label=f"test {metric}")
@@ -38,10 +42,12 @@ def plot_loss_curves(
 
 
 def compare_runs(
-    runs: dict[str, dict[str, list[float]]], title: str | None = None
+    runs: dict[str, dict[str, list[float]]],
+    title: str | None = None,
+    figsize: tuple[float, float] = TWO_PANELS,
 ) -> plt.Figure:
     """Plot the test loss and accuracy of several named runs on shared axes."""
-    fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=figsize(2, panel_height=3.6))
+    fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=figsize)
     for name, results in runs.items():
         epochs = range(1, len(results["test_loss"]) + 1)
         ax_loss.plot(epochs, results["test_loss"], marker="o", label=name)

@@ -63,7 +63,10 @@ class Recipe:
       (``partial(torch.optim.SGD, momentum=0.9)``). ``weight_decay`` is set per group:
       with ``exempt_1d_params`` biases and norm scales (1-D tensors) get none, as timm
       and DeiT do (:func:`~going_modular.optim.param_groups_weight_decay`). Frozen
-      parameters (``requires_grad=False``) are left out.
+      parameters (``requires_grad=False``) are left out. An optimiser already built
+      (``torch.optim.SGD(model.parameters(), lr=0.1)``, as the course passes one) is used
+      as it is: its own learning rate and weight decay apply, and ``lr`` only names the
+      run in its checkpoint.
     * ``schedule``: ``"constant"``; ``"warmup_cosine"`` (linear warmup over
       ``warmup_steps`` optimizer steps, then a cosine to 0 at the run's last step,
       :func:`~going_modular.optim.warmup_cosine_schedule`); or a :data:`Schedule` that
@@ -82,7 +85,9 @@ class Recipe:
     """
 
     lr: float = 1e-3
-    optimizer: Callable[..., torch.optim.Optimizer] = torch.optim.AdamW
+    optimizer: Callable[..., torch.optim.Optimizer] | torch.optim.Optimizer = (
+        torch.optim.AdamW
+    )
     weight_decay: float = 0.0
     exempt_1d_params: bool = True
     schedule: str | Schedule = "constant"
@@ -116,6 +121,11 @@ class Recipe:
         if not 0 <= self.weight_decay < math.inf:
             raise ValueError(
                 f"weight_decay must be a number >= 0, got {self.weight_decay!r}."
+            )
+        if self.weight_decay and isinstance(self.optimizer, torch.optim.Optimizer):
+            raise ValueError(
+                "weight_decay applies to the optimiser the recipe builds: an optimiser "
+                "already built keeps its own (set weight_decay when you build it)."
             )
         if not 0 <= self.label_smoothing < 1:
             raise ValueError(
@@ -152,7 +162,10 @@ class Recipe:
 
         ``fused`` asks for a fused optimiser (one kernel per step) when the optimiser
         accepts it: on CUDA it lets a gradient scaler skip a bad step without a sync.
+        An optimiser already built is returned as it is.
         """
+        if isinstance(self.optimizer, torch.optim.Optimizer):
+            return self.optimizer
         if self.weight_decay and self.exempt_1d_params:
             groups = param_groups_weight_decay(model, self.weight_decay)
         else:

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from going_modular.engine import autocast
+from going_modular.training.loop import autocast
 
 __all__ = ["images_per_second"]
 

@@ -28,9 +28,9 @@ import pandas as pd
 import torch
 from torch import nn
 
-from going_modular import engine
 from going_modular.data.paths import project_root
 from going_modular.training.divergence import TrainingDiverged
+from going_modular.training.loop import Callback, fit
 from going_modular.training.recipe import Recipe
 
 if TYPE_CHECKING:
@@ -164,7 +164,7 @@ def log_epoch(metrics: Mapping[str, float], epoch: int) -> None:
 
 
 def log_results(results: Mapping[str, Iterable[float]], first_epoch: int = 1) -> None:
-    """Log per-epoch lists (as :func:`engine.fit` returns) with ``step`` = epoch number."""
+    """Log per-epoch lists (as :func:`~going_modular.training.loop.fit` returns) with ``step`` = epoch number."""
     columns = {k: list(v) for k, v in results.items()}
     epochs = len(next(iter(columns.values()), []))
     if any(len(v) != epochs for v in columns.values()):
@@ -174,7 +174,7 @@ def log_results(results: Mapping[str, Iterable[float]], first_epoch: int = 1) ->
 
 
 def log_epoch_end(epoch: int, results: Mapping[str, Sequence[float]]) -> None:
-    """A :func:`~going_modular.engine.fit` callback: log the epoch's values (the last of
+    """A :func:`~going_modular.training.loop.fit` callback: log the epoch's values (the last of
     each list in ``results``) to the active run, with ``step=epoch``."""
     log_epoch({k: v[-1] for k, v in results.items()}, epoch)
 
@@ -186,10 +186,10 @@ def fit_logged(
     recipe: Recipe,
     *,
     device: torch.device | str | None = None,
-    callbacks: Sequence[engine.Callback] = (),
+    callbacks: Sequence[Callback] = (),
     progress: bool = True,
 ) -> dict[str, list[float]]:
-    """:func:`~going_modular.engine.fit` in the active MLflow run, logging every epoch.
+    """:func:`~going_modular.training.loop.fit` in the active MLflow run, logging every epoch.
 
     :func:`log_epoch_end` is added to ``callbacks``, so each epoch's losses, accuracies,
     steps and seconds (training and testing apart) are logged with ``step=epoch``. A run
@@ -203,7 +203,7 @@ def fit_logged(
             "fit_logged() logs to the active run: call it in start_run()."
         )
     try:
-        return engine.fit(
+        return fit(
             model,
             train_data,
             test_data,
