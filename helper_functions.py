@@ -70,7 +70,6 @@ from going_modular.data.text_data import (
 )
 from going_modular.data.text_datasets import get_ag_news, get_glove, get_trec
 from going_modular.data_setup import create_dataloaders, walk_through_dir
-from going_modular.engine import evaluate, fit
 from going_modular.models.cct import (
     CompactTransformer,
     SeqPool,
@@ -112,9 +111,12 @@ from going_modular.training.experiments import (
     summarize,
     tensor_loaders,
 )
+from going_modular.training.loop import evaluate, fit
+from going_modular.training.model_files import load_model, save_model
 from going_modular.training.optim import param_groups_weight_decay
 from going_modular.training.plots import compare_runs, plot_loss_curves, tensor_to_image
 from going_modular.training.recipe import Recipe, learning_rates
+from going_modular.training.seeding import get_device, set_seeds
 from going_modular.training.timing import images_per_second
 from going_modular.training.tracking import (
     fit_logged,
@@ -123,13 +125,7 @@ from going_modular.training.tracking import (
     start_run,
     ui_command,
 )
-from going_modular.utils import (
-    get_device,
-    load_model,
-    prefer_channels_last,
-    save_model,
-    set_seeds,
-)
+from going_modular.utils import prefer_channels_last
 
 __all__ = [
     "agree",

@@ -36,6 +36,10 @@ book -> top level and CLI -> training -> data, models.
     ``training.recipe``       a run's optimiser, schedule, loss, mixing and length
     ``training.cct_recipes``  the CCT authors' two CIFAR recipes
     ``training.optim``        weight decay groups, warmup + cosine
+    ``training.loop``         ``fit``: the one training loop; ``evaluate``, callbacks
+    ``training.distributed``  several processes (torchrun, DDP) for ``fit``
+    ``training.seeding``      seeds and the device
+    ``training.model_files``  save_model, load_model: checksummed model files
     ``training.checkpoint``   what ``fit`` saves after each epoch, and resuming from it
     ``training.divergence``   NaN and exploding losses: the errors that stop a run
     ``training.runs``         run folders: one per run, a lock, ``latest``

@@ -13,6 +13,7 @@ import torch
 from going_modular import utils
 from going_modular.models import build_model
 from going_modular.models.registry import _REGISTRY
+from going_modular.training import model_files
 from going_modular.training.checkpoint import CHECKSUM_KEY, content_sha256
 
 
@@ -218,13 +219,13 @@ def test_a_build_config_larger_than_its_weights_is_refused_before_allocating(
     tmp_path, monkeypatch
 ):
     built_on = []
-    real_build = utils.build_model
+    real_build = model_files.build_model
 
     def build_model(name, **kwargs):
         built_on.append(str(torch.empty(0).device))
         return real_build(name, **kwargs)
 
-    monkeypatch.setattr(utils, "build_model", build_model)
+    monkeypatch.setattr(model_files, "build_model", build_model)
     path = _checkpoint(
         tmp_path, build_config={"name": "vit_b_16", "kwargs": {"num_classes": 10}}
     )  # a 50 KB file asking for an 86-million-weight ViT-B/16 (344 MB)

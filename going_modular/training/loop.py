@@ -18,10 +18,39 @@ the GPU, so with an optimiser that can skip a step on the device (a fused one, w
 scaler skips the bad step; with any other optimiser, and in a distributed run (where every
 process must stop at the same step), the loss is read at every step there too.
 
-``fit(..., checkpoint_dir=DIR)`` saves everything needed to continue after each epoch and,
-called again with the same folder, continues where it stopped (see :func:`fit` and
-:mod:`going_modular.training.checkpoint`). ``fit(..., distributed=ctx)`` trains on several
-processes (see :mod:`going_modular.training.distributed`).
+The recipe: :func:`fit` builds the optimiser (or uses the one the recipe holds), the
+schedule (stepped after every optimizer step) and the losses from it; ``recipe.amp``
+trains and tests under autocast (float16 with gradient scaling on CUDA, bfloat16 on a
+CPU); ``recipe.max_steps_per_epoch`` and ``recipe.max_eval_steps`` cap the training and
+test passes.
+
+Time budget: ``recipe.time_budget`` is in seconds for the whole run, resumed calls
+included. Once it is spent, the current epoch's training ends after the step in progress,
+that epoch is tested and recorded as usual (its ``train_*`` values cover the steps it ran),
+and no further epoch starts. The checkpoint records the seconds spent: called again with a
+larger budget, a run stopped by its budget continues with the next epoch.
+
+Checkpoints: ``fit(..., checkpoint_dir=DIR)`` saves after each completed epoch everything
+that decides the next step (see :mod:`going_modular.training.checkpoint`), atomically and
+with a checksum, to ``DIR/checkpoint.pth``. Called again with that folder, training
+continues after the last completed epoch and the returned results include the earlier
+epochs; on a CPU with ``num_workers=0`` the losses are exactly those of an uninterrupted
+run. A checkpoint of another model, or of a recipe with other ``epochs``, ``steps``,
+``max_steps_per_epoch``, ``amp``, ``max_grad_norm``, ``lr``, ``weight_decay``,
+``label_smoothing``, optimiser, scheduler or number of processes raises
+:class:`~going_modular.training.checkpoint.CheckpointMismatchError`; a corrupt one,
+:class:`~going_modular.training.checkpoint.CorruptCheckpointError`.
+
+Divergence: both loaders are checked before training starts. A NaN or infinite training
+or test loss raises :class:`~going_modular.training.divergence.NonFiniteLossError`; a
+finite loss above :data:`~going_modular.training.divergence.LOSS_EXPLOSION_FACTOR` times
+the first step's loss (or above that factor when the first loss was below 1) raises
+:class:`~going_modular.training.divergence.LossExplodedError`, before the epoch is
+recorded. Both are :class:`~going_modular.training.divergence.TrainingDiverged` and carry
+``epoch`` and ``results``.
+
+Several processes: ``fit(..., distributed=ctx)`` trains with DistributedDataParallel; see
+:mod:`going_modular.training.distributed` for what changes.
 """
 
 from __future__ import annotations
@@ -611,45 +640,13 @@ def fit(
     each epoch; return the per-epoch history (:data:`RESULT_KEYS`).
 
     ``train_data`` and ``test_data`` are DataLoaders, or any iterables of ``(X, y)``
-    batches (each epoch iterates again). ``test_data=None`` skips testing (the history has
-    no ``test_*`` values then); ``recipe.max_eval_steps`` caps each test pass. ``device``
-    defaults to CUDA when there is a GPU. The optimiser, schedule and losses are built from
-    ``recipe``; the schedule is stepped after every optimizer step. ``recipe.amp`` trains
-    and tests under autocast: float16 with gradient scaling on CUDA, bfloat16 on a CPU.
-
-    ``recipe.time_budget`` (seconds for the whole run, resumed calls included) stops
-    training early: once it is spent, the current epoch's training ends after the step in
-    progress, that epoch is tested and recorded as usual (its ``train_*`` values cover the
-    steps it ran), and no further epoch starts. The last test pass runs after the budget.
-    The checkpoint records the seconds spent: called again with a larger budget, a run
-    stopped by its budget continues with the next epoch.
-
-    ``callbacks`` are called as ``callback(epoch, results)`` after each completed (and
-    checkpointed) epoch; one that returns True stops training after that epoch.
-
-    ``checkpoint_dir`` makes long runs resumable: after each completed epoch, everything
-    that decides the next step (see :mod:`going_modular.training.checkpoint`) is saved
-    atomically, with a checksum, to ``checkpoint_dir/checkpoint.pth``. Called again with
-    that folder, training continues after the last completed epoch and the returned results
-    include the earlier epochs; on a CPU with ``num_workers=0`` the losses are exactly those
-    of an uninterrupted run. A checkpoint of another model, or of a recipe with other
-    ``epochs``, ``steps``, ``max_steps_per_epoch``, ``amp``, ``max_grad_norm``, ``lr``,
-    ``weight_decay``, ``label_smoothing``, optimiser, scheduler or number of processes
-    raises :class:`~going_modular.training.checkpoint.CheckpointMismatchError`; a corrupt
-    one, :class:`~going_modular.training.checkpoint.CorruptCheckpointError`.
-
-    ``distributed`` (from :func:`~going_modular.training.distributed.from_environment`)
-    trains with DistributedDataParallel; the module
-    :mod:`going_modular.training.distributed` says what changes.
-
-    Both loaders are checked before training starts. A NaN or infinite training or test loss
-    raises :class:`~going_modular.training.divergence.NonFiniteLossError` (the bad step is
-    not applied); a finite loss above
-    :data:`~going_modular.training.divergence.LOSS_EXPLOSION_FACTOR` times the first step's
-    loss (or above that factor when the first loss was below 1) raises
-    :class:`~going_modular.training.divergence.LossExplodedError`, before the epoch is
-    recorded. Both are :class:`~going_modular.training.divergence.TrainingDiverged` and
-    carry ``epoch`` and ``results``.
+    batches; ``test_data=None`` skips testing (no ``test_*`` values then). ``device``
+    defaults to CUDA when there is a GPU. ``callbacks`` are called as
+    ``callback(epoch, results)`` after each completed (and checkpointed) epoch; one that
+    returns True stops training after that epoch. ``checkpoint_dir`` makes the run
+    resumable, ``recipe.time_budget`` stops it early, ``distributed`` trains on several
+    processes; a diverging loss raises
+    :class:`~going_modular.training.divergence.TrainingDiverged` (see the module).
     """
     _check_loaders(train_data, test_data)
     run = _Run(model, train_data, test_data, recipe, device, distributed, progress)

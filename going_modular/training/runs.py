@@ -38,7 +38,6 @@ from typing import Any
 import matplotlib.pyplot as plt
 from torch import nn
 
-from going_modular import utils
 from going_modular.data.files import (
     atomic_write,
     sha256_of,
@@ -46,6 +45,7 @@ from going_modular.data.files import (
     write_json,
 )
 from going_modular.training.checkpoint import CHECKPOINT_NAME, read_checkpoint
+from going_modular.training.model_files import save_model
 from going_modular.training.plots import plot_loss_curves
 
 try:
@@ -366,7 +366,7 @@ class Run:
         """Save ``model.pth`` and ``results.json`` as a pair (:func:`save_pair`)."""
         save_pair(
             self.dir,
-            lambda folder: utils.save_model(
+            lambda folder: save_model(
                 self.model,
                 folder,
                 MODEL,
