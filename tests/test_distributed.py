@@ -18,6 +18,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from going_modular.training import distributed
+from going_modular.training.divergence import NonFiniteLossError
 from going_modular.training.loop import evaluate, fit
 from going_modular.training.recipe import Recipe
 
@@ -169,6 +170,14 @@ def _worker(rank: int, port: int, out: str) -> None:
         )  # fmt: skip
         runs[name] = (results, _weights(model))
     saved["runs"] = runs
+    # A NaN image on rank 1 (index 5: its third sample, in its first batch).
+    broken = _Indexed(N_TRAIN, seed=1)
+    broken.x[5] = float("nan")
+    loader = distributed.shard(DataLoader(broken, batch_size=4), ctx, shuffle=False)
+    try:
+        fit(_model(), loader, None, _recipe(), distributed=ctx, progress=False)
+    except NonFiniteLossError as error:
+        saved["nan"] = str(error)
     torch.save(saved, os.path.join(out, f"rank{rank}.pt"))
     distributed.shutdown()
 
@@ -265,3 +274,11 @@ def test_a_stopped_and_resumed_run_equals_an_uninterrupted_one(ranks):
             assert resumed[key] == whole[key], key
         for name, value in whole_weights.items():
             assert torch.equal(resumed_weights[name], value), name
+
+
+def test_a_nan_on_one_rank_stops_every_rank_at_that_step(ranks):
+    ours, other = ranks[1].get("nan"), ranks[0].get("nan")
+    assert ours is not None and other is not None
+    assert "became nan at epoch 1, step 1" in ours
+    assert "48 NaN/infinite value(s) in this batch's inputs" in ours  # one image
+    assert "in another process at epoch 1, step 1" in other

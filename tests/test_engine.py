@@ -177,6 +177,19 @@ def test_steps_make_epochs_of_at_most_max_steps_and_cut_the_last():
     assert _fit(_linear(), epochs=2, max_steps_per_epoch=2)["steps"] == [2, 2]
 
 
+def test_max_eval_steps_caps_each_test_pass():
+    model, tested = _linear(), []
+    model.register_forward_hook(lambda m, *_: None if m.training else tested.append(1))
+    x = torch.randn(80, 3, 8, 8)
+    y = (x.mean(dim=(1, 2, 3)) > 0).long()
+    test = DataLoader(TensorDataset(x, y), batch_size=16)  # 5 batches
+    results = _fit(model, test=test, epochs=2, max_eval_steps=2)
+    assert len(tested) == 4 and results["steps"] == [4, 4]  # training is not capped
+    with torch.inference_mode():  # the last test pass: the first 2 batches, 32 images
+        expected = nn.CrossEntropyLoss()(model(x[:32]), y[:32]).item()
+    assert results["test_loss"][-1] == pytest.approx(expected, rel=1e-5)
+
+
 def test_gradient_clipping_bounds_the_update():
     loader = DataLoader(
         TensorDataset(torch.full((4, 1), 100.0), torch.tensor([0, 0, 0, 0])),
