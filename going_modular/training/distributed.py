@@ -22,13 +22,14 @@ What :func:`~going_modular.training.loop.fit` does with a context ``ctx``:
   ``ctx.device`` (``cuda:LOCAL_RANK`` with NCCL, or the CPU with gloo);
 * the training loader must come from :func:`shard` (a ``DistributedSampler``); each epoch
   calls ``sampler.set_epoch(epoch)``, so every epoch has its own order, the same on all
-  ranks. A global batch is ``world_size`` times the loader's ``batch_size``;
+  ranks (and a resumed run's next epoch has the order it would have had). A global batch
+  is ``world_size`` times the loader's ``batch_size``;
 * the test set is split without padding, sample ``i`` going to rank ``i % world_size``
   (:func:`eval_shard`), and the per-sample sums of loss and correct predictions are added
   across ranks (:func:`all_sum`): every test sample is counted exactly once;
 * the training loss and accuracy reported are likewise the sums over all ranks;
-* a NaN or infinite loss on any rank stops every rank at the same step (:func:`any_rank`),
-  and so does a time budget;
+* a NaN or infinite loss on any rank stops every rank at the same step (:func:`any_rank`,
+  one small all-reduce per step), and so does a time budget spent on any rank;
 * only rank 0 prints, shows progress bars, writes the checkpoint and runs the callbacks
   (which may write files or log); their stop decision is sent to every rank. The
   checkpoint holds every rank's random and batch-transform states (:func:`gather`), so a

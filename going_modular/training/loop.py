@@ -537,12 +537,15 @@ class _Run:
         self.done, self.first_loss = checkpoint["epoch"], checkpoint["first_loss"]
         self.spent = checkpoint["seconds"]
         self.results = {k: list(v) for k, v in checkpoint["results"].items()}
-        rest = f"continuing with epoch {self.done + 1}"
+        rest = (
+            f"continuing with epoch {self.done + 1}"
+            if self.done < self.epochs
+            else "nothing left to train"
+        )
         if self.main:
             print(
                 f"Resuming from {checkpoint_dir / CHECKPOINT_NAME}: {self.done} of "
-                f"{self.epochs} epochs done; "
-                f"{rest if self.done < self.epochs else 'nothing left to train'}."
+                f"{self.epochs} epochs done; {rest}."
             )
 
     def _max_steps(self, epoch: int) -> int | None:
@@ -561,14 +564,7 @@ class _Run:
         train_loss, train_acc = tally.result(self.ctx)
         trained = time.perf_counter()
         if self.first_loss is None:
-            first = (
-                [tally.first]
-                if self.ctx is None
-                else ddp.all_sum([tally.first], self.ctx)
-            )
-            self.first_loss = float(first[0]) / (
-                1 if self.ctx is None else self.ctx.world_size
-            )
+            self.first_loss = self._first_step_loss(tally)
         values = {"train_loss": train_loss, "train_acc": train_acc}
         if self.test_data is not None:
             values["test_loss"], values["test_acc"] = self._test(epoch)
@@ -581,6 +577,12 @@ class _Run:
             "test_seconds": end - trained,
             "epoch_seconds": end - start,
         }
+
+    def _first_step_loss(self, tally: _Tally) -> float:
+        """The first step's loss (its mean over the processes of a distributed run)."""
+        if self.ctx is None:
+            return float(tally.first)
+        return ddp.all_sum([tally.first], self.ctx)[0] / self.ctx.world_size
 
     def _test(self, epoch: int) -> tuple[float, float]:
         """:func:`evaluate` after training ``epoch``; a NaN or infinite test loss is an error."""
