@@ -70,9 +70,11 @@ def test_the_architecture_page_and_its_picture_name_every_module():
     page = (ROOT / "book" / "package.md").read_text()
     assert [name for name in modules if f"`{name}`" not in page] == []
     drawn = [name for *_, names in _package_map_layers() for name in names]
-    assert [name for name in modules if name not in drawn] == []
-    assert [name for name in drawn if name not in modules] == []  # no module gone
-    assert sorted(drawn) == sorted(set(drawn))  # each drawn once
+    not_drawn = [name for name in modules if name not in drawn]
+    assert not_drawn == [], f"not in the picture: {not_drawn}"
+    gone = [name for name in drawn if name not in modules]
+    assert gone == [], f"drawn, but not in the package: {gone}"
+    assert sorted(drawn) == sorted(set(drawn)), "a module drawn twice"
 
 
 def _chapter_imports() -> list[tuple[str, str, str | None]]:
