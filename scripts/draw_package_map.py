@@ -245,6 +245,7 @@ def _run_steps(ax: Axes, top: float) -> None:
 
 
 def main() -> None:
+    """Draw the layers top to bottom, an arrow down between each two, then the run's steps."""
     use_book_style()
     rows = sum(_rows(modules) for *_, modules in LAYERS)
     height = len(LAYERS) * (HEAD_H + GAP) + rows * ROW_H + 1.45
