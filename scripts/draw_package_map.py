@@ -14,34 +14,61 @@ import matplotlib
 matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.axes import Axes  # noqa: E402
+from matplotlib.patches import Circle, FancyBboxPatch  # noqa: E402
 
 from going_modular.book.diagrams import arrow, box  # noqa: E402
-from going_modular.book.style import use_book_style  # noqa: E402
+from going_modular.book.style import COLUMN_INCHES, use_book_style  # noqa: E402
+
+__all__ = ["LAYERS", "RUN", "main"]
 
 OUT = Path(__file__).resolve().parents[1] / "book" / "images" / "package_map.png"
 
-# Columns in the order a training run goes through them: (title, colour, modules top to bottom).
-COLUMNS = [
-    ("1 entry", "#eeeeee", ["cli", "train", "settings", "paths"]),
+# The layers top to bottom: (title, what it is for, fill colour, modules in reading order).
+# Each layer imports only from the layers below it. A module with submodules (listed right
+# after it) is drawn as a box holding them.
+LAYERS = [
     (
-        "2 data",
-        "#d8e8f8",
+        "book/",
+        "runs the chapters; the only part that reads BOOK_* variables",
+        "#fbf3c9",
         [
-            "datasets",
-            "text_datasets",
-            "standins",
-            "download",
-            "data_setup",
-            "text_data",
-            "augment",
-            "gpu_augment",
-            "gpu_augment_ops",
-            "gpu_augment_policies",
-            "gpu_augment_crops",
+            "book.settings",
+            "book.glue",
+            "book.style",
+            "book.diagrams",
+            "book.attention_maps",
+            "book.reference",
         ],
     ),
     (
-        "3 model",
+        "top level",
+        "the command line and the course's own modules",
+        "#eeeeee",
+        ["train", "cli", "data_setup", "engine", "utils", "predictions"],
+    ),
+    (
+        "training/",
+        "everything fit needs besides the model and the data",
+        "#d9f0d3",
+        [
+            "training.recipe",
+            "training.cct_recipes",
+            "training.optim",
+            "training.loop",
+            "training.checkpoint",
+            "training.divergence",
+            "training.runs",
+            "training.distributed",
+            "training.tracking",
+            "training.experiments",
+            "training.timing",
+            "training.plots",
+        ],
+    ),
+    (
+        "models/",
+        "what a network is; every model buildable by name",
         "#fde2c8",
         [
             "models.registry",
@@ -50,106 +77,193 @@ COLUMNS = [
             "models.text_cct",
             "models.vitbn",
             "models.tinyvgg",
-            "models.pretrained",
             "models.layers",
+            "models.pretrained",
+            "models.convert",
             "models.checks",
             "models.complexity",
         ],
     ),
     (
-        "4 training",
-        "#d9f0d3",
+        "data/",
+        "where images and text come from, and how they reach a model",
+        "#d8e8f8",
         [
-            "recipe",
-            "cct_recipes",
-            "optim",
-            "engine",
-            "divergence",
-            "checkpoint",
-            "tracking",
-            "timing",
-            "experiments",
-            "utils",
+            "data.datasets",
+            "data.text_datasets",
+            "data.standins",
+            "data.download",
+            "data.network",
+            "data.paths",
+            "data.files",
+            "data.text_data",
+            "data.augment",
+            "data.gpu_augment",
+            "data.gpu_augment.ops",
+            "data.gpu_augment.policies",
+            "data.gpu_augment.crops",
         ],
     ),
+]
+# One run, `python -m going_modular.train --model cct_2_3x2 --dataset cifar10 --recipe cct`:
+# (what happens, the modules it happens in), in order.
+RUN = [
+    ("parse and check the options: one config", ["train", "cli"]),
     (
-        "5 results",
-        "#eadcf5",
-        [
-            "runs",
-            "files",
-            "plots",
-            "predictions",
-            "attention_maps",
-            "diagrams",
-            "reference",
-            "style",
-            "glue",
-        ],
+        "CIFAR-10 (offline: a stand-in), in batches",
+        ["data.datasets", "data_setup", "data.gpu_augment"],
     ),
+    ('build_model("cct_2_3x2")', ["models.registry", "models.cct", "models.layers"]),
+    ("the CCT recipe: a Recipe", ["training.cct_recipes", "training.recipe"]),
+    ("fit: epochs, a checkpoint each", ["training.loop", "training.checkpoint"]),
+    ("save model.pth, results.json", ["training.runs", "data.files"]),
 ]
-# The path of one run, `python -m going_modular.train --model cct_2_3x2 --dataset cifar10
-# --recipe cct`: (modules, what happens there), left to right in the bottom lane.
-PATH = [
-    (["train", "cli"], "main(): options\nchecked first"),
-    (["datasets", "standins"], "CIFAR-10, or a\nstand-in offline"),
-    (["gpu_augment"], "batches augmented\non the device"),
-    (["models.registry", "models.cct", "models.layers"], 'build_model\n("cct_2_3x2")'),
-    (["cct_recipes", "recipe"], "CCTRecipe ->\nRecipe"),
-    (["engine", "checkpoint"], "fit: epochs,\na checkpoint each"),
-    (["runs", "files"], "model.pth +\nresults.json"),
-]
-RED = "#b03a2e"
+RED, GREY, PALE = "#b03a2e", "#555555", "#eef4fb"
+IMPORTS = "imports from: each layer uses only the layers below it"
+SLOTS = 6  # module boxes in a row
+SLOT_W, BOX_W, BOX_H, ROW_H = COLUMN_INCHES / SLOTS, 1.24, 0.32, 0.42
+HEAD_H, GAP = 0.34, 0.3  # a layer's title line; the space between layers, for the arrow
+
+
+def _short(name: str) -> str:
+    """The name as drawn inside its layer: without the subpackage."""
+    return name.split(".", 1)[1] if "." in name else name
+
+
+def _slots(modules: list[str]) -> list[tuple[str, list[str]]]:
+    """Each module with its submodules (drawn inside it), the submodules not on their own."""
+    parents = [m for m in modules if not any(m.startswith(p + ".") for p in modules)]
+    return [(p, [m for m in modules if m.startswith(p + ".")]) for p in parents]
+
+
+def _rows(modules: list[str]) -> int:
+    """Rows of module boxes a layer needs (a nested box takes one slot per submodule)."""
+    return -(-sum(max(1, len(children)) for _, children in _slots(modules)) // SLOTS)
+
+
+def _badge(ax: Axes, x: float, y: float, step: int) -> None:
+    """A red disc with the run's step number, on a box's top right corner."""
+    ax.add_patch(Circle((x, y), 0.1, facecolor=RED, edgecolor="white", zorder=3))
+    ax.text(
+        x, y, str(step), ha="center", va="center", fontsize=8, color="white", zorder=4
+    )
+
+
+def _mark_if_run(ax: Axes, name: str, corner: tuple[float, float]) -> None:
+    """Outline the box just drawn in red and number it at its top right ``corner`` if the
+    run uses module ``name``."""
+    steps = [i for i, (_, names) in enumerate(RUN, start=1) if name in names]
+    if steps:
+        ax.patches[-1].set(edgecolor=RED, linewidth=1.8)
+        _badge(ax, corner[0] - 0.04, corner[1] + 0.02, steps[0])
+
+
+def _module(ax: Axes, x: float, y: float, name: str, colour: str) -> None:
+    """One module's box, centred on (x, y)."""
+    box(ax, x, y, BOX_W, BOX_H, _short(name), fontsize=9.5, facecolor=colour)
+    _mark_if_run(ax, name, (x + BOX_W / 2, y + BOX_H / 2))
+
+
+def _nested(ax: Axes, x0: float, y: float, name: str, children: list[str]) -> None:
+    """A package whose own module holds code, as one box spanning a slot per submodule
+    from ``x0``, its submodules inside."""
+    margin, span = (SLOT_W - BOX_W) / 2, len(children) * SLOT_W
+    ax.add_patch(
+        FancyBboxPatch(
+            (x0 + margin, y - BOX_H / 2),
+            span - 2 * margin,
+            BOX_H,
+            boxstyle="round,pad=0.02,rounding_size=0.08",
+            facecolor="white",
+            edgecolor="#333333",
+            lw=1.1,
+        )
+    )
+    ax.text(x0 + margin + 0.08, y, _short(name) + ":", va="center", fontsize=9.5)
+    _mark_if_run(ax, name, (x0 + span - margin, y + BOX_H / 2))
+    inner = (span - 2 * margin - 1.16) / len(children)  # after the package's own name
+    for i, child in enumerate(children):
+        x = x0 + margin + 1.12 + (i + 0.5) * inner
+        label = child.rsplit(".", 1)[1]
+        box(ax, x, y, inner - 0.08, BOX_H - 0.1, label, fontsize=9.5, facecolor=PALE)
+
+
+def _layer(ax: Axes, top: float, layer: tuple) -> float:
+    """One layer's panel from ``top`` down: title, then its modules six to a row; returns
+    the panel's bottom."""
+    title, what, colour, modules = layer
+    slots = _slots(modules)
+    bottom = top - HEAD_H - _rows(modules) * ROW_H
+    ax.add_patch(
+        FancyBboxPatch(
+            (0.02, bottom),
+            COLUMN_INCHES - 0.04,
+            top - bottom,
+            boxstyle="round,pad=0,rounding_size=0.1",
+            facecolor=colour,
+            edgecolor="none",
+            alpha=0.45,
+        )
+    )
+    ax.text(0.12, top - HEAD_H / 2, title, va="center", fontsize=11, weight="bold")
+    ax.text(1.2, top - HEAD_H / 2, what, va="center", fontsize=9.5, color=GREY)
+    slot = 0
+    for name, children in slots:
+        span = max(1, len(children))
+        if slot % SLOTS + span > SLOTS:
+            slot += SLOTS - slot % SLOTS  # a nested box does not break across rows
+        row, column = divmod(slot, SLOTS)
+        x0, y = column * SLOT_W, top - HEAD_H - (row + 0.5) * ROW_H
+        if children:
+            _nested(ax, x0, y, name, children)
+        else:
+            _module(ax, x0 + SLOT_W / 2, y, name, colour)
+        slot += span
+    return bottom
+
+
+def _run_steps(ax: Axes, top: float) -> None:
+    """The run's steps in two columns below the layers, each naming its modules."""
+    ax.text(
+        0.12,
+        top,
+        "One run: python -m going_modular.train --model cct_2_3x2 --dataset cifar10 "
+        "--recipe cct",
+        fontsize=9.5,
+        color=RED,
+        weight="bold",
+        va="center",
+    )
+    half = -(-len(RUN) // 2)
+    for i, (what, modules) in enumerate(RUN):
+        column, row = divmod(i, half)
+        x, y = 0.2 + column * COLUMN_INCHES / 2, top - 0.32 - row * 0.42
+        _badge(ax, x, y, i + 1)
+        ax.text(x + 0.2, y + 0.08, what, va="center", fontsize=9.5)
+        names = ", ".join(modules)
+        ax.text(x + 0.2, y - 0.1, names, va="center", fontsize=8.5, color=GREY)
 
 
 def main() -> None:
+    """Draw the layers top to bottom, an arrow down between each two, then the run's steps."""
     use_book_style()
-    width, row = 2.05, 0.42
-    fig, ax = plt.subplots(figsize=(11.5, 7.7))
-    ax.set(xlim=(0, 11.5), ylim=(-0.6, 7.7))
+    rows = sum(_rows(modules) for *_, modules in LAYERS)
+    height = len(LAYERS) * (HEAD_H + GAP) + rows * ROW_H + 1.45
+    fig = plt.figure(figsize=(COLUMN_INCHES, height), layout="none")
+    ax = fig.add_axes((0, 0, 1, 1))
+    ax.set(xlim=(0, COLUMN_INCHES), ylim=(0, height))
     ax.axis("off")
-    on_path = {name for names, _ in PATH for name in names}
-    for c, (title, colour, modules) in enumerate(COLUMNS):
-        x = 1.2 + c * 2.3
-        ax.text(x, 7.45, title, ha="center", va="center", fontsize=11, weight="bold")
-        for r, name in enumerate(modules):
-            y = 6.95 - r * (row + 0.06)
-            box(ax, x, y, width, row, name, fontsize=9, facecolor=colour)
-            if name in on_path:
-                ax.patches[-1].set(edgecolor=RED, linewidth=2)
-    ax.text(
-        0.15,
-        1.45,
-        "One run: python -m going_modular.train --model cct_2_3x2 --dataset cifar10 "
-        "--recipe cct (the modules on its path are outlined in red above)",
-        fontsize=9.5,
-        color=RED,
-    )
-    step = 11.5 / len(PATH)
-    xs = [step / 2 + i * step for i in range(len(PATH))]
-    for i, (x, (names, what)) in enumerate(zip(xs, PATH), start=1):
-        box(
-            ax,
-            x,
-            0.75,
-            step - 0.3,
-            0.85,
-            f"{i}  {what}",
-            fontsize=8.5,
-            facecolor="white",
-        )
-        ax.patches[-1].set(edgecolor=RED)
-        modules = "\n".join(name.removeprefix("models.") for name in names)
-        ax.text(x, 0.25, modules, ha="center", va="top", fontsize=7.5, color="#555555")
-    for x0, x1 in zip(xs, xs[1:]):
-        arrow(
-            ax, (x0 + (step - 0.3) / 2, 0.7), (x1 - (step - 0.3) / 2, 0.7), colour=RED
-        )
-    ax.set_title(
-        "going_modular, module by module, in the order a training run uses them",
-        fontsize=12,
-    )
-    fig.savefig(OUT, dpi=110, bbox_inches="tight")
+    top = height - 0.05
+    for i, layer in enumerate(LAYERS):
+        bottom = _layer(ax, top, layer)
+        top = bottom - GAP
+        if i + 1 < len(LAYERS):
+            arrow(ax, (COLUMN_INCHES / 2, bottom), (COLUMN_INCHES / 2, top))
+            if i == 0:
+                x = COLUMN_INCHES / 2 + 0.12
+                ax.text(x, top + GAP / 2, IMPORTS, va="center", fontsize=9, color=GREY)
+    _run_steps(ax, top + GAP - 0.25)
+    fig.savefig(OUT, dpi=100)
     print(f"wrote {OUT}")
 
 
