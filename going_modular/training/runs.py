@@ -2,8 +2,8 @@
 
 Each training run of the CLI gets its own new folder ``<output-dir>/<timestamp>-<id>/`` (as
 MLflow and Lightning version their runs); nothing a later run does deletes or moves it. A
-lock file (``<output-dir>/.lock``) refuses a second run into the same folder while one is
-running, and ``<output-dir>/latest`` points to the newest run that saved a model (a symlink,
+lock file (``<output-dir>/.going_modular-train.lock``, a name no user's file has) refuses a
+second run into the same folder while one is running, and ``<output-dir>/latest`` points to the newest run that saved a model (a symlink,
 or a text file holding the run's name where symlinks are not possible).
 
 Files are written atomically with :mod:`going_modular.files` (a temporary beside the
@@ -12,8 +12,9 @@ whose process has ended, never a user's ``.model.pth-20240101``).
 A run's ``model.pth`` is saved first and its ``results.json`` last, holding the model file's
 SHA-256: the two belong together exactly when :func:`pair_matches`.
 
-SIGTERM and SIGHUP stop a run as Ctrl-C does (:func:`stop_signals`), and all three are held
-back while a run's files are written (:func:`signals_held`).
+SIGTERM and SIGHUP stop a run as Ctrl-C does (:func:`stop_signals`; one ignored at the start,
+as ``nohup`` ignores SIGHUP, stays ignored), and all three are held back while a run's files
+are written (:func:`signals_held`) and once its last epoch is done.
 
 :class:`Run` is one run's folder as the CLI fills it: the record (id, status, options), the
 model saved with its results, the optional steps after a save (the curves, MLflow, the
@@ -63,9 +64,11 @@ __all__ = [
     "Run",
     "RunLockedError",
     "StopSignal",
+    "StopSignals",
     "check_path_length",
     "describe_error",
     "exit_code",
+    "mismatches",
     "new_run_dir",
     "optional_step",
     "pair_matches",
@@ -77,7 +80,7 @@ __all__ = [
 ]
 
 LATEST = "latest"
-LOCK = ".lock"
+LOCK = ".going_modular-train.lock"  # not a user's own .lock
 MODEL = "model.pth"
 RESULTS = "results.json"
 # SIGTERM and SIGHUP stop a run as Ctrl-C (SIGINT) does; each exits with 128 + its number.
@@ -114,19 +117,50 @@ def _in_main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
 
 
-@contextlib.contextmanager
-def stop_signals() -> Iterator[None]:
-    """Within the block, SIGTERM and SIGHUP raise :class:`StopSignal` (main thread only)."""
-    if not _in_main_thread():
-        yield
-        return
+class StopSignals:
+    """The stop signals' handler while a run trains (see :func:`stop_signals`).
 
-    def stop(signum, frame):
+    The first Ctrl-C, SIGTERM or SIGHUP raises KeyboardInterrupt (:class:`StopSignal` for
+    the last two) in the main thread; once :meth:`finish` says that the last epoch is
+    done, or once a stop is under way, a signal is only noted in ``received``, so that the
+    save it would cut short goes on and no second traceback is printed.
+    """
+
+    def __init__(self) -> None:
+        self.finishing = False
+        self.received: int | None = None
+
+    def finish(self) -> None:
+        """The last epoch is done: from now on a signal waits for the save."""
+        self.finishing = True
+
+    def __call__(self, signum: int, frame) -> None:
+        if self.finishing or self.received is not None:
+            self.received = self.received or signum
+            return
+        self.received = signum
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
         raise StopSignal(signum)
 
-    previous = {signum: signal.signal(signum, stop) for signum in STOP_SIGNALS}
+
+@contextlib.contextmanager
+def stop_signals() -> Iterator[StopSignals]:
+    """Within the block, Ctrl-C, SIGTERM and SIGHUP stop the run through the
+    :class:`StopSignals` it yields (main thread only). A signal that was ignored when the
+    block began stays ignored: ``nohup`` ignores SIGHUP, a shell's background job SIGINT."""
+    stops = StopSignals()
+    if not _in_main_thread():
+        yield stops
+        return
+    previous = {
+        signum: signal.getsignal(signum) for signum in (signal.SIGINT, *STOP_SIGNALS)
+    }
+    for signum, handler in previous.items():
+        if handler != signal.SIG_IGN:
+            signal.signal(signum, stops)
     try:
-        yield
+        yield stops
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
@@ -239,7 +273,7 @@ def resolve_run(path: str | Path) -> Path:
 
 
 class OutputLock:
-    """Hold ``<folder>/.lock`` while a run writes into ``folder`` (a context manager).
+    """Hold ``<folder>/``:data:`LOCK` while a run writes into ``folder`` (a context manager).
 
     A second process meets :class:`RunLockedError`, which names the holder's process id.
     The lock is an advisory ``flock``, which the kernel releases when its process dies, so
@@ -345,6 +379,28 @@ def describe_error(error: BaseException) -> str:
         where = f" while writing {error.filename}" if error.filename else ""
         return f"{error.strerror}{where}: free some space (or fix the folder)."
     return str(error)
+
+
+def mismatches(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    """What differs between what a run saved (its checkpoint's training config, its data)
+    and what it would continue with, one phrase each; the shapes of ``weights`` are
+    summed up in one phrase (another model)."""
+    problems = [
+        f"{key} {saved.get(key)!r} there but {value!r} now"
+        for key, value in current.items()
+        if key != "weights" and saved.get(key) != value
+    ]
+    theirs, ours = saved.get("weights", {}), current.get("weights", {})
+    differ = [
+        f"{k}: {theirs.get(k, 'missing')} there but {ours.get(k, 'missing')} now"
+        for k in sorted(set(theirs) | set(ours))
+        if theirs.get(k) != ours.get(k)
+    ]
+    if differ:
+        problems.append(
+            f"another model ({len(differ)} weight(s) differ, e.g. {differ[0]})"
+        )
+    return problems
 
 
 class Run:
