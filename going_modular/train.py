@@ -67,6 +67,7 @@ from going_modular.training import runs  # noqa: E402
 from going_modular.training.checkpoint import (  # noqa: E402
     CHECKPOINT_NAME,
     CheckpointMismatchError,
+    config_mismatches,
     training_config,
 )
 from going_modular.training.divergence import TrainingDiverged  # noqa: E402
@@ -414,10 +415,10 @@ def _check_resumable(
     per_epoch = min(len(train_dl), recipe.max_steps_per_epoch or math.inf)
     scheduler = recipe.build_schedule(optimizer, recipe.epochs * per_epoch)
     ours = training_config(current.model, recipe, recipe.epochs, optimizer, scheduler)
-    problems = runs.mismatches(config.resumed.checkpoint.get("config", {}), ours)
+    problems = config_mismatches(config.resumed.checkpoint.get("config", {}), ours)
     saved = config.resumed.record  # runs from before it recorded the data: not compared
     data = [k for k in ("class_names", "train_images", "test_images") if k in saved]
-    problems += runs.mismatches(saved, {k: current.record[k] for k in data})
+    problems += config_mismatches(saved, {k: current.record[k] for k in data})
     if problems:
         raise UsageError(
             f"--resume {current.dir}: its {CHECKPOINT_NAME} does not belong to this run "

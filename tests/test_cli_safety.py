@@ -98,7 +98,7 @@ def test_resume_with_another_runs_checkpoint_changes_nothing(
     before = _snapshot(tmp_path / "mine")
     err = _refused(["--resume", str(mine)], capsys)
     assert (
-        "checkpoint.pth does not belong to this run (lr 0.01 there but 0.001 now)"
+        "checkpoint.pth does not belong to this run (lr=0.01 there but 0.001 here)"
         in (err)
     )
     assert "Nothing was changed" in err
@@ -127,7 +127,7 @@ def test_resume_on_changed_data_is_refused(
     extra.write_bytes((tiny_image_folder / "train" / "a" / "0.png").read_bytes())
     before = _snapshot(out)
     err = _refused(["--resume", str(run)], capsys)
-    assert "train_images 8 there but 9 now" in err
+    assert "train_images=8 there but 9 here" in err
     assert _snapshot(out) == before
     extra.unlink()  # the data as it was: the run continues
     train.main(["--resume", str(run)])

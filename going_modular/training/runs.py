@@ -3,8 +3,9 @@
 Each training run of the CLI gets its own new folder ``<output-dir>/<timestamp>-<id>/`` (as
 MLflow and Lightning version their runs); nothing a later run does deletes or moves it. A
 lock file (``<output-dir>/.going_modular-train.lock``, a name no user's file has) refuses a
-second run into the same folder while one is running, and ``<output-dir>/latest`` points to the newest run that saved a model (a symlink,
-or a text file holding the run's name where symlinks are not possible).
+second run into the same folder while one is running, and ``<output-dir>/latest`` points to
+the newest run that saved a model (a symlink, or a text file holding the run's name where
+symlinks are not possible).
 
 Files are written atomically with :mod:`going_modular.files` (a temporary beside the
 target, renamed into place; a cleanup only ever removes temporaries that this code wrote and
@@ -68,7 +69,6 @@ __all__ = [
     "check_path_length",
     "describe_error",
     "exit_code",
-    "mismatches",
     "new_run_dir",
     "optional_step",
     "pair_matches",
@@ -273,7 +273,8 @@ def resolve_run(path: str | Path) -> Path:
 
 
 class OutputLock:
-    """Hold ``<folder>/``:data:`LOCK` while a run writes into ``folder`` (a context manager).
+    """Hold the lock file ``<folder>/.going_modular-train.lock`` (:data:`LOCK`) while a run
+    writes into ``folder`` (a context manager).
 
     A second process meets :class:`RunLockedError`, which names the holder's process id.
     The lock is an advisory ``flock``, which the kernel releases when its process dies, so
@@ -379,28 +380,6 @@ def describe_error(error: BaseException) -> str:
         where = f" while writing {error.filename}" if error.filename else ""
         return f"{error.strerror}{where}: free some space (or fix the folder)."
     return str(error)
-
-
-def mismatches(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
-    """What differs between what a run saved (its checkpoint's training config, its data)
-    and what it would continue with, one phrase each; the shapes of ``weights`` are
-    summed up in one phrase (another model)."""
-    problems = [
-        f"{key} {saved.get(key)!r} there but {value!r} now"
-        for key, value in current.items()
-        if key != "weights" and saved.get(key) != value
-    ]
-    theirs, ours = saved.get("weights", {}), current.get("weights", {})
-    differ = [
-        f"{k}: {theirs.get(k, 'missing')} there but {ours.get(k, 'missing')} now"
-        for k in sorted(set(theirs) | set(ours))
-        if theirs.get(k) != ours.get(k)
-    ]
-    if differ:
-        problems.append(
-            f"another model ({len(differ)} weight(s) differ, e.g. {differ[0]})"
-        )
-    return problems
 
 
 class Run:
