@@ -78,7 +78,8 @@ RESUME_MAY_CHANGE = ("time_budget", "num_workers")
 
 
 class UsageError(ValueError):
-    """Arguments that cannot work together; raised before any data is prepared."""
+    """Arguments that cannot work together; raised before any data is prepared (a
+    ``--resume`` that is not the run's own: before anything is written)."""
 
 
 # --- Option types: each refuses a bad value with argparse's "argument --x: ..." ----------------
@@ -135,9 +136,8 @@ class _Parser(argparse.ArgumentParser):
         joined: list[str] = []
         for token in sys.argv[1:] if args is None else args:
             if joined and joined[-1] in self.numeric and _is_negative_number(token):
-                joined[-1] = (
-                    f"{joined[-1]}={token}"  # "--lr=-1e-3": argparse's own form
-                )
+                # "--lr=-1e-3": the form in which argparse takes a negative value
+                joined[-1] = f"{joined[-1]}={token}"
             else:
                 joined.append(token)
         return super().parse_known_args(joined, namespace)
@@ -633,6 +633,9 @@ class RunConfig:
 def configure(args: argparse.Namespace) -> RunConfig:
     """The run's :class:`RunConfig` from the parsed options, or :class:`UsageError` (with
     ``--resume``: the run's own options, its checkpoint read and checked)."""
+    args = argparse.Namespace(
+        **vars(args)
+    )  # filled in here; the caller's stays as parsed
     resumed = resume_from(args) if args.resume is not None else None
     options = options_given(args)
     cct = resolve_recipe(args)

@@ -428,7 +428,11 @@ def _check_resumable(
 
 
 def _resumed_run(
-    config: RunConfig, model: nn.Module, img_size: int, channels: int, device
+    config: RunConfig,
+    model: nn.Module,
+    img_size: int,
+    channels: int,
+    device: torch.device,
 ) -> tuple[runs.Run, DataLoader, DataLoader, Recipe]:
     """The run ``--resume`` continues, its data and recipe checked against its checkpoint
     before its record is written (status running)."""
