@@ -10,22 +10,23 @@ moves another run's files, and a lock refuses a second run into the same output 
 one is running.
 
 Bad numbers, an unusable output folder and a model that does not fit the images are refused
-before any data is prepared (:mod:`going_modular.cli`, which checks the options once into a
-:class:`~going_modular.cli.RunConfig`: the one thing :func:`run` receives). Ctrl-C, SIGTERM (``kill``,
-``timeout``, ``docker stop``, a scheduler) and SIGHUP (unless ``nohup`` ignores it) save the last
-completed epoch, mark the run ``interrupted`` and exit with 130, 143 or 129; ``--resume RUN_DIR`` continues it from
-there, after checking that the checkpoint, the model, the recipe and the data are the run's
-own (a refusal leaves the run folder as it was). A signal once the last epoch is done lets
-the save finish: the run is complete. A run that fails (a NaN or exploding loss, a corrupt image, a full disk) also saves its
-completed epochs, is marked ``failed`` with the error, and exits with 1. A failing optional
-step (the figure, MLflow) is only a warning. The run's files: :class:`going_modular.runs.Run`.
+before any data is prepared: :mod:`going_modular.cli` checks the options once into a
+:class:`~going_modular.cli.RunConfig`, the one thing :func:`run` receives. Ctrl-C, SIGTERM
+(``kill``, ``timeout``, ``docker stop``, a scheduler) and SIGHUP (unless ``nohup`` ignores
+it) save the last completed epoch, mark the run ``interrupted`` and exit with 130, 143 or
+129; ``--resume RUN_DIR`` continues it from there, once the checkpoint, the model, the
+recipe and the data are found to be the run's own (a refusal leaves the run folder as it
+was). A signal after the last epoch lets the save finish: the run is complete. A run that
+fails (a NaN or exploding loss, a corrupt image, a full disk) also saves its completed
+epochs, is marked ``failed`` with the error, and exits with 1. A failing optional step (the
+figure, MLflow) is only a warning. The run's files: :class:`going_modular.training.runs.Run`.
 
 ``--dataset fashion_mnist`` trains on Fashion-MNIST (28x28 grey), padded to 32x32 or repeated
 to RGB only when the model needs it; ``--data-dir PATH`` trains on your own images (an
 ImageFolder with ``train/`` and ``test/`` class folders).
 
 ``--recipe cct`` (or ``cct200``) trains with a Compact Transformers recipe from
-:mod:`going_modular.augment`: its augmentations (on cifar10), MixUp/CutMix (cct), label
+:mod:`going_modular.data.augment`: its augmentations (on cifar10), MixUp/CutMix (cct), label
 smoothing, AdamW (cct exempts biases and norms from weight decay) and warmup + cosine. The recipe
 supplies the defaults of ``--epochs``, ``--batch-size``, ``--lr``, ``--weight-decay``,
 ``--warmup-epochs`` and ``--label-smoothing``; options given explicitly override them.

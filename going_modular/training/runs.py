@@ -7,7 +7,7 @@ second run into the same folder while one is running, and ``<output-dir>/latest`
 the newest run that saved a model (a symlink, or a text file holding the run's name where
 symlinks are not possible).
 
-Files are written atomically with :mod:`going_modular.files` (a temporary beside the
+Files are written atomically with :mod:`going_modular.data.files` (a temporary beside the
 target, renamed into place; a cleanup only ever removes temporaries that this code wrote and
 whose process has ended, never a user's ``.model.pth-20240101``).
 A run's ``model.pth`` is saved first and its ``results.json`` last, holding the model file's
@@ -163,7 +163,8 @@ def stop_signals() -> Iterator[StopSignals]:
         yield stops
     finally:
         for signum, handler in previous.items():
-            signal.signal(signum, handler)
+            if handler is not None:  # None: a handler not set from Python, left as is
+                signal.signal(signum, handler)
 
 
 @contextlib.contextmanager
