@@ -1,38 +1,50 @@
-"""The options of ``python -m going_modular.train`` and the checks that refuse bad ones.
+"""The options of ``python -m going_modular.train``, checked once into a :class:`RunConfig`.
 
 :func:`build_parser` declares the options, each with a type that refuses a bad number
-(``--lr nan``, ``--batch-size 0``) with argparse's usual message. The checks below refuse
-what is valid alone but not together, a ``--data-dir`` that is not an image folder, an
-unusable ``--output-dir`` and a ``--resume`` with nothing to continue, all with a
-:class:`UsageError` raised before any data is prepared (the CLI exits with 2).
-:func:`resolve_recipe` fills in the options a ``--recipe`` supplies.
+(``--lr nan``, ``--lr -1e-3``, ``--batch-size 0``) with argparse's usual message.
+:func:`configure` turns the parsed options into the run's one frozen :class:`RunConfig`: a
+``--recipe`` fills in the options left unset, a ``--resume`` restores the run's own options
+and reads its checkpoint, and the checks refuse what is valid alone but not together, a
+``--data-dir`` that is not an image folder, an unusable ``--output-dir`` and a ``--resume``
+with nothing to continue, all with a :class:`UsageError` raised before any data is prepared
+or any file written (the CLI exits with 2). Nothing below this module sees the parsed
+options: :mod:`going_modular.train` receives the config.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
+import errno
 import json
 import math
 import os
+import sys
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from going_modular import data_setup, engine
 from going_modular.models import list_models
 from going_modular.training import cct_recipes, runs
-from going_modular.training.checkpoint import CHECKPOINT_NAME
+from going_modular.training.checkpoint import (
+    CHECKPOINT_NAME,
+    CheckpointMismatchError,
+    read_checkpoint,
+)
 
 __all__ = [
     "DATASETS",
     "FASHION_INPUTS",
     "PLAIN_DEFAULTS",
     "RESUME_MAY_CHANGE",
+    "Resumed",
+    "RunConfig",
     "UsageError",
     "build_parser",
     "check_options",
-    "data_label",
+    "configure",
     "gpu_augment_applies",
     "input_candidates",
     "locked_output_dir",
@@ -66,7 +78,8 @@ RESUME_MAY_CHANGE = ("time_budget", "num_workers")
 
 
 class UsageError(ValueError):
-    """Arguments that cannot work together; raised before any data is prepared."""
+    """Arguments that cannot work together; raised before any data is prepared (a
+    ``--resume`` that is not the run's own: before anything is written)."""
 
 
 # --- Option types: each refuses a bad value with argparse's "argument --x: ..." ----------------
@@ -88,6 +101,7 @@ def _number(
         return value
 
     parse.__name__ = name
+    parse.numeric = True  # a negative value after the option is its value (see _Parser)
     return parse
 
 
@@ -104,13 +118,42 @@ _smoothing = _number(
 )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The CLI's arguments."""
-    parser = argparse.ArgumentParser(
-        prog="python -m going_modular.train",
-        description="Train one of the book's models on one of its datasets.",
-    )
-    add = parser.add_argument
+class _Parser(argparse.ArgumentParser):
+    """argparse, except that a negative number after a numeric option is that option's
+    value: ``--lr -1e-3`` is refused for its sign, not read as an unknown option."""
+
+    def __init__(self, **kwargs):
+        self.numeric: set[str] = set()  # before argparse adds --help
+        super().__init__(**kwargs)
+
+    def add_argument(self, *names, **kwargs) -> argparse.Action:
+        action = super().add_argument(*names, **kwargs)
+        if getattr(action.type, "numeric", False):
+            self.numeric.update(action.option_strings)
+        return action
+
+    def parse_known_args(self, args: Sequence[str] | None = None, namespace=None):
+        joined: list[str] = []
+        for token in sys.argv[1:] if args is None else args:
+            if joined and joined[-1] in self.numeric and _is_negative_number(token):
+                # "--lr=-1e-3": the form in which argparse takes a negative value
+                joined[-1] = f"{joined[-1]}={token}"
+            else:
+                joined.append(token)
+        return super().parse_known_args(joined, namespace)
+
+
+def _is_negative_number(text: str) -> bool:
+    """Whether ``text`` is a number with a minus sign (``-1e-3``, ``-inf``, ``-nan``)."""
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return text.startswith("-")
+
+
+def _add_model_and_data(add: Callable[..., argparse.Action]) -> None:
+    """The model, the data and the recipe."""
     add(
         "--model",
         default="tinyvgg",
@@ -141,6 +184,10 @@ def build_parser() -> argparse.ArgumentParser:
         "random erasing, label smoothing, AdamW, warmup + cosine) or cct200 (the recipe of the "
         "reference's 200-epoch table: AutoAugment, label smoothing, AdamW, warmup + cosine)",
     )
+
+
+def _add_training(add: Callable[..., argparse.Action]) -> None:
+    """The training's numbers (a recipe supplies their defaults)."""
     add(
         "--epochs", type=_positive_int, default=None, help="default: 5, or the recipe's"
     )
@@ -171,6 +218,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="linear warmup length; with it the LR then decays by a cosine (default: 0, or "
         "the recipe's, shortened in proportion when --epochs is below the recipe's)",
     )
+
+
+def _add_run(add: Callable[..., argparse.Action]) -> None:
+    """How the run goes: its precision, devices, budget and seed."""
     add(
         "--label-smoothing",
         type=_smoothing,
@@ -208,6 +259,10 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="torch.compile the model (minutes to start; for long GPU runs)",
     )
+
+
+def _add_output(add: Callable[..., argparse.Action]) -> None:
+    """Where the run goes, whether it resumes one, and where it is logged."""
     add(
         "--time-budget",
         type=_positive,
@@ -244,6 +299,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="also log the options and per-epoch results to the MLflow store "
         "(runs/mlflow.db, or $BOOK_MLFLOW_URI), experiment 'cli'",
     )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The CLI's arguments."""
+    parser = _Parser(
+        prog="python -m going_modular.train",
+        description="Train one of the book's models on one of its datasets.",
+    )
+    for add_options in (_add_model_and_data, _add_training, _add_run, _add_output):
+        add_options(parser.add_argument)
     return parser
 
 
@@ -270,11 +335,11 @@ def resolve_recipe(args: argparse.Namespace) -> cct_recipes.CCTRecipe | None:
         raise UsageError(f"--recipe {args.recipe} with {flags}: {error}") from None
 
 
-def gpu_augment_applies(args: argparse.Namespace, recipe) -> bool:
+def gpu_augment_applies(dataset: str | None, gpu_augment: str, recipe) -> bool:
     """Whether ``--gpu-augment`` can apply: only a recipe on cifar10 has per-image
     augmentations to move; "on" without one is refused."""
-    applies = recipe is not None and args.dataset == "cifar10"
-    if args.gpu_augment == "on" and not applies:
+    applies = recipe is not None and dataset == "cifar10"
+    if gpu_augment == "on" and not applies:
         raise UsageError(
             "--gpu-augment on needs --recipe cct or cct200 with --dataset cifar10"
         )
@@ -299,58 +364,86 @@ def check_options(args: argparse.Namespace, recipe) -> None:
             "AdamW multiplies the weights by 1 - lr x weight decay at each step, so their "
             "product must be below 1 (a weight decay of 0.05 is usual)"
         )
-    gpu_augment_applies(args, recipe)
-    _check_output_dir(args)
+    gpu_augment_applies(args.dataset, args.gpu_augment, recipe)
+    _check_output_dir(args.output_dir, args.data_dir)
 
 
-def _check_output_dir(args: argparse.Namespace) -> None:
-    """Refuse an output folder that is a file, too long a path, or inside the images."""
-    out = args.output_dir
+def _check_link(out: Path) -> None:
+    """Refuse an output folder that is a symbolic link in a loop, or going nowhere."""
+    try:
+        out.resolve(strict=True)
+        return
+    except RuntimeError:  # a loop, before Python 3.13
+        looped = True
+    except OSError as error:  # a loop (Python 3.13+), or a path that does not exist yet
+        looped = error.errno == errno.ELOOP
+    if looped:
+        raise UsageError(
+            f"--output-dir {out} is a symbolic link that leads back to itself (a loop): "
+            "remove or fix the link, or choose another path"
+        )
+    if out.is_symlink():
+        raise UsageError(
+            f"--output-dir {out} is a symbolic link to {os.readlink(out)}, which does "
+            "not exist: create that folder, remove the link, or choose another path"
+        )
+
+
+def _check_output_dir(out: Path, data_dir: Path | None) -> None:
+    """Refuse an output folder that is a file, a broken link, too long a path, or inside
+    the images."""
     try:
         runs.check_path_length(out)
     except ValueError as error:
         raise UsageError(f"--output-dir: {error}") from None
+    _check_link(out)
     if out.exists() and not out.is_dir():
         raise UsageError(
             f"--output-dir {out} is an existing file, not a folder: choose another path"
         )
-    for split in ("train", "test") if args.data_dir is not None else ():
-        images = (args.data_dir / split).resolve()
+    for split in ("train", "test") if data_dir is not None else ():
+        images = (data_dir / split).resolve()
         if images == out.resolve() or images in out.resolve().parents:
             raise UsageError(
-                f"--output-dir {out} is inside {args.data_dir / split}: its files would "
+                f"--output-dir {out} is inside {data_dir / split}: its files would "
                 f"be read as {split} images (or as a class). Choose a folder outside "
-                f"{args.data_dir}'s train/ and test/"
+                f"{data_dir}'s train/ and test/"
             )
 
 
-def data_label(args: argparse.Namespace) -> str:
+def _data_label(data_dir: Path | None, dataset: str | None) -> str:
     """The data in a sentence: the dataset's name, or "the images in PATH"."""
-    return f"the images in {args.data_dir}" if args.data_dir else args.dataset
+    return f"the images in {data_dir}" if data_dir else dataset
+
+
+def _image_folder_classes(data_dir: Path) -> list[str]:
+    """The class names of ``data_dir``'s train/ and test/ folders, whose layout and images
+    are checked here."""
+    try:
+        classes = data_setup.check_image_folder(data_dir / "train")
+        test_classes = data_setup.check_image_folder(data_dir / "test")
+    except (FileNotFoundError, ValueError) as error:
+        raise UsageError(
+            f"--data-dir {data_dir} needs train/ and test/ folders with one "
+            f"subfolder of images per class: {error}"
+        ) from None
+    if classes != test_classes:
+        raise UsageError(
+            f"--data-dir {data_dir}: train/ has classes {classes} but test/ has "
+            f"{test_classes}; both need the same class folders"
+        )
+    try:  # loops, one class, empty classes, unreadable images: before any work
+        data_setup.image_splits(data_dir / "train", data_dir / "test")
+    except (FileNotFoundError, ValueError) as error:
+        raise UsageError(f"--data-dir {data_dir}: {error}") from None
+    return classes
 
 
 def input_candidates(args: argparse.Namespace) -> tuple[list[tuple[int, int]], int]:
     """The (image size, channels) pairs the data can be given in, best first, and the
-    number of classes; read from the folder names alone for ``--data-dir``, whose layout
-    and images are checked here."""
+    number of classes; read from the folder names alone for ``--data-dir``."""
     if args.data_dir is not None:
-        try:
-            classes = data_setup.check_image_folder(args.data_dir / "train")
-            test_classes = data_setup.check_image_folder(args.data_dir / "test")
-        except (FileNotFoundError, ValueError) as error:
-            raise UsageError(
-                f"--data-dir {args.data_dir} needs train/ and test/ folders with one "
-                f"subfolder of images per class: {error}"
-            ) from None
-        if classes != test_classes:
-            raise UsageError(
-                f"--data-dir {args.data_dir}: train/ has classes {classes} but test/ has "
-                f"{test_classes}; both need the same class folders"
-            )
-        try:  # loops, one class, empty classes, unreadable images: before any work
-            data_setup.image_splits(args.data_dir / "train", args.data_dir / "test")
-        except (FileNotFoundError, ValueError) as error:
-            raise UsageError(f"--data-dir {args.data_dir}: {error}") from None
+        classes = _image_folder_classes(args.data_dir)
         return [(args.img_size or 224, 3)], len(classes)
     size, channels, num_classes = DATASETS[args.dataset]
     if args.dataset != "fashion_mnist":
@@ -363,7 +456,7 @@ def input_candidates(args: argparse.Namespace) -> tuple[list[tuple[int, int]], i
 @contextlib.contextmanager
 def locked_output_dir(out: Path) -> Iterator[None]:
     """Create ``out``, check that it is writable and hold its lock (see
-    :class:`~going_modular.runs.OutputLock`) for the duration of the block."""
+    :class:`~going_modular.training.runs.OutputLock`) for the duration of the block."""
     try:
         out.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=out):
@@ -393,30 +486,61 @@ def options_given(args: argparse.Namespace) -> dict:
     }
 
 
-def resume_from(args: argparse.Namespace) -> tuple[Path, dict, dict]:
-    """For ``--resume``: the run folder, its record and its results so far; ``args`` takes
-    the run's own options (and ``--time-budget``/``--num-workers`` if given anew)."""
-    run_dir = runs.resolve_run(args.resume)
+# --- --resume: the run and its checkpoint, read and checked before anything is written ---------
+
+
+@dataclasses.dataclass(frozen=True)
+class Resumed:
+    """The run ``--resume`` continues: its folder, its record and results so far, and its
+    training checkpoint (read, not yet matched to the model and recipe)."""
+
+    run_dir: Path
+    record: dict
+    results: dict
+    checkpoint: dict
+
+
+def _saved_run(resume: Path) -> tuple[Path, dict]:
+    """The run folder ``--resume`` names and its results.json, if it can be continued."""
+    run_dir = runs.resolve_run(resume)
     try:
         saved = json.loads((run_dir / runs.RESULTS).read_text())
-        options = dict(saved["options"])
+        dict(saved["options"])
     except (OSError, ValueError, KeyError, TypeError):
         raise UsageError(
-            f"--resume {args.resume}: there is no results.json with a run's options "
+            f"--resume {resume}: there is no results.json with a run's options "
             "there. Pass a run folder this command wrote, e.g. runs/latest"
         ) from None
     if saved.get("status") == "complete":
         raise UsageError(
-            f"--resume {args.resume}: that run is complete "
+            f"--resume {resume}: that run is complete "
             f"({saved.get('epochs_completed')} epochs), so there is nothing to continue. "
             "Start a new run to train for longer"
         )
     if not (run_dir / CHECKPOINT_NAME).is_file():
         raise UsageError(
-            f"--resume {args.resume}: that run stopped before its first epoch was "
+            f"--resume {resume}: that run stopped before its first epoch was "
             "complete, so there is nothing to continue from. Start it again without "
             "--resume"
         )
+    return run_dir, saved
+
+
+def _readable_checkpoint(resume: Path, run_dir: Path) -> dict:
+    """The run's checkpoint.pth, or UsageError saying why it cannot be continued."""
+    try:
+        return read_checkpoint(run_dir)
+    except CheckpointMismatchError as error:
+        raise UsageError(
+            f"--resume {resume}: {error} ({run_dir} was left as it is: its completed "
+            "epochs are in model.pth and results.json; start a new run to train again)"
+        ) from None
+
+
+def resume_from(args: argparse.Namespace) -> Resumed:
+    """For ``--resume``: the run, its results so far and its readable checkpoint; ``args``
+    takes the run's own options (and ``--time-budget``/``--num-workers`` if given anew)."""
+    run_dir, saved = _saved_run(args.resume)
     defaults = vars(build_parser().parse_args([]))
     changed = [
         "--" + key.replace("_", "-")
@@ -428,11 +552,102 @@ def resume_from(args: argparse.Namespace) -> tuple[Path, dict, dict]:
             f"--resume continues a run with its own options, so {', '.join(changed)} "
             "cannot be given with it (only --time-budget and --num-workers can)"
         )
-    for key, value in options.items():
+    checkpoint = _readable_checkpoint(args.resume, run_dir)
+    for key, value in saved["options"].items():
         if key in RESUME_MAY_CHANGE and getattr(args, key) is not None:
             continue
         setattr(args, key, Path(value) if key == "data_dir" and value else value)
     args.output_dir = run_dir.parent
     record = {k: v for k, v in saved.items() if k not in (*engine.RESULT_KEYS, "error")}
     results = {k: saved[k] for k in engine.RESULT_KEYS if k in saved}
-    return run_dir, record, results
+    return Resumed(run_dir, record, results, checkpoint)
+
+
+def _check_resume_length(resumed: Resumed, epochs: int) -> None:
+    """Refuse a checkpoint of more epochs than the run plans: it is another run's."""
+    done = resumed.checkpoint.get("epoch")
+    if not isinstance(done, int) or not 0 < done <= epochs:
+        raise UsageError(
+            f"--resume {resumed.run_dir}: its {CHECKPOINT_NAME} holds epoch {done!r}, but "
+            f"the run plans {epochs} epoch(s), so that checkpoint is not this run's. Put "
+            "the run's own checkpoint back, or start a new run"
+        )
+
+
+# --- The run's config: every option checked and complete --------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+    """One run's options, checked and complete (a recipe's defaults filled in, a resumed
+    run's own options restored): all that the steps below the command line receive."""
+
+    model: str
+    dataset: str | None  # None with data_dir
+    data_dir: Path | None
+    recipe: str
+    epochs: int
+    batch_size: int
+    lr: float
+    weight_decay: float
+    warmup_epochs: float
+    label_smoothing: float
+    max_grad_norm: float | None
+    img_size: int | None
+    max_steps: int | None
+    amp: bool
+    gpu_augment: str
+    compile: bool
+    time_budget: float | None  # minutes
+    num_workers: int | None
+    seed: int
+    no_fallback: bool
+    output_dir: Path
+    resume: Path | None
+    mlflow: bool
+    cct: cct_recipes.CCTRecipe | None  # the --recipe, explicit options applied
+    options: dict  # the options as given, for results.json
+    inputs: tuple[tuple[int, int], ...]  # (image size, channels) the data can take
+    num_classes: int
+    resumed: Resumed | None
+
+    @property
+    def data_label(self) -> str:
+        """The data in a sentence: the dataset's name, or "the images in PATH"."""
+        return _data_label(self.data_dir, self.dataset)
+
+    def params(self) -> dict:
+        """The options that are set, as MLflow parameters."""
+        names = [f.name for f in dataclasses.fields(self)]
+        options = names[: names.index("mlflow") + 1]
+        return {k: getattr(self, k) for k in options if getattr(self, k) is not None}
+
+    def augments_on(self, device_type: str) -> bool:
+        """Whether the recipe's augmentation runs batched on the training device."""
+        wanted = self.gpu_augment == "on" or (
+            self.gpu_augment == "auto" and device_type == "cuda"
+        )
+        return wanted and gpu_augment_applies(self.dataset, self.gpu_augment, self.cct)
+
+
+def configure(args: argparse.Namespace) -> RunConfig:
+    """The run's :class:`RunConfig` from the parsed options, or :class:`UsageError` (with
+    ``--resume``: the run's own options, its checkpoint read and checked)."""
+    args = argparse.Namespace(
+        **vars(args)
+    )  # filled in here; the caller's stays as parsed
+    resumed = resume_from(args) if args.resume is not None else None
+    options = options_given(args)
+    cct = resolve_recipe(args)
+    check_options(args, cct)
+    if resumed is not None:
+        _check_resume_length(resumed, args.epochs)
+    inputs, num_classes = input_candidates(args)
+    return RunConfig(
+        **vars(args),
+        cct=cct,
+        options=options,
+        inputs=tuple(inputs),
+        num_classes=num_classes,
+        resumed=resumed,
+    )

@@ -10,19 +10,23 @@ moves another run's files, and a lock refuses a second run into the same output 
 one is running.
 
 Bad numbers, an unusable output folder and a model that does not fit the images are refused
-before any data is prepared (:mod:`going_modular.cli`). Ctrl-C, SIGTERM (``kill``,
-``timeout``, ``docker stop``, a scheduler) and SIGHUP save the last completed epoch, mark the
-run ``interrupted`` and exit with 130, 143 or 129; ``--resume RUN_DIR`` continues it from
-there. A run that fails (a NaN or exploding loss, a corrupt image, a full disk) also saves its
-completed epochs, is marked ``failed`` with the error, and exits with 1. A failing optional
-step (the figure, MLflow) is only a warning. The run's files: :class:`going_modular.runs.Run`.
+before any data is prepared: :mod:`going_modular.cli` checks the options once into a
+:class:`~going_modular.cli.RunConfig`, the one thing :func:`run` receives. Ctrl-C, SIGTERM
+(``kill``, ``timeout``, ``docker stop``, a scheduler) and SIGHUP (unless ``nohup`` ignores
+it) save the last completed epoch, mark the run ``interrupted`` and exit with 130, 143 or
+129; ``--resume RUN_DIR`` continues it from there, once the checkpoint, the model, the
+recipe and the data are found to be the run's own (a refusal leaves the run folder as it
+was). A signal after the last epoch lets the save finish: the run is complete. A run that
+fails (a NaN or exploding loss, a corrupt image, a full disk) also saves its completed
+epochs, is marked ``failed`` with the error, and exits with 1. A failing optional step (the
+figure, MLflow) is only a warning. The run's files: :class:`going_modular.training.runs.Run`.
 
 ``--dataset fashion_mnist`` trains on Fashion-MNIST (28x28 grey), padded to 32x32 or repeated
 to RGB only when the model needs it; ``--data-dir PATH`` trains on your own images (an
 ImageFolder with ``train/`` and ``test/`` class folders).
 
 ``--recipe cct`` (or ``cct200``) trains with a Compact Transformers recipe from
-:mod:`going_modular.augment`: its augmentations (on cifar10), MixUp/CutMix (cct), label
+:mod:`going_modular.data.augment`: its augmentations (on cifar10), MixUp/CutMix (cct), label
 smoothing, AdamW (cct exempts biases and norms from weight decay) and warmup + cosine. The recipe
 supplies the defaults of ``--epochs``, ``--batch-size``, ``--lr``, ``--weight-decay``,
 ``--warmup-epochs`` and ``--label-smoothing``; options given explicitly override them.
@@ -31,11 +35,12 @@ supplies the defaults of ``--epochs``, ``--batch-size``, ``--lr``, ``--weight-de
 
 from __future__ import annotations
 
-import argparse
+import contextlib
 import functools
 import math
+import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import matplotlib
@@ -44,27 +49,28 @@ matplotlib.use("Agg")
 
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
-from torch.utils.data import DataLoader  # noqa: E402
+from torch.utils.data import DataLoader, Dataset  # noqa: E402
 from torchvision import transforms  # noqa: E402
 
-from going_modular import data_setup, engine, utils
+from going_modular import data_setup, engine, utils  # noqa: E402
+from going_modular.book import settings  # noqa: E402
 from going_modular.cli import (  # noqa: E402
+    RunConfig,
     UsageError,
     build_parser,
-    check_options,
-    data_label,
-    gpu_augment_applies,
-    input_candidates,
+    configure,
     locked_output_dir,
-    options_given,
-    resolve_recipe,
-    resume_from,
 )
-from going_modular.data import augment, datasets, gpu_augment
+from going_modular.data import augment, datasets, gpu_augment  # noqa: E402
 from going_modular.data.download import DownloadError  # noqa: E402
 from going_modular.models import build_model  # noqa: E402
-from going_modular.training import cct_recipes, runs
-from going_modular.training.checkpoint import CHECKPOINT_NAME, CheckpointMismatchError  # noqa: E402
+from going_modular.training import runs  # noqa: E402
+from going_modular.training.checkpoint import (  # noqa: E402
+    CHECKPOINT_NAME,
+    CheckpointMismatchError,
+    config_mismatches,
+    training_config,
+)
 from going_modular.training.divergence import TrainingDiverged  # noqa: E402
 from going_modular.training.recipe import Recipe  # noqa: E402
 
@@ -105,8 +111,41 @@ class TrainingFailed(RuntimeError):
 # --- The data ------------------------------------------------------------------------------------
 
 
+def _datasets(
+    dataset: str | None,
+    img_size: int,
+    fallback: bool,
+    train_transform: Callable,
+    test_transform: Callable,
+    channels: int | None,
+    data_dir: Path | None,
+) -> tuple[Dataset, Dataset]:
+    """The training and test datasets of :func:`make_dataloaders`."""
+    if data_dir is not None or dataset in ("food", "food20"):
+        checked = data_dir is not None  # the CLI checked --data-dir before the run
+        if data_dir is None:
+            subset = "10%" if dataset == "food" else "20%"
+            data_dir = datasets.get_food_data(subset, fallback=fallback).root
+        return data_setup.image_splits(
+            data_dir / "train",
+            data_dir / "test",
+            train_transform,
+            test_transform,
+            check_images=not checked,
+        )
+    getter = datasets.get_cifar10 if dataset == "cifar10" else datasets.get_mnist
+    if dataset == "fashion_mnist":
+        getter = functools.partial(
+            datasets.get_fashion_mnist, pad_to_32=img_size == 32, rgb=channels == 3
+        )
+    return (
+        getter(train=True, transform=train_transform, fallback=fallback),
+        getter(train=False, transform=test_transform, fallback=fallback),
+    )
+
+
 def make_dataloaders(
-    dataset: str,
+    dataset: str | None,
     img_size: int,
     batch_size: int,
     num_workers: int | None,
@@ -117,8 +156,8 @@ def make_dataloaders(
     channels: int | None = None,
     data_dir: Path | None = None,
 ) -> tuple[DataLoader, DataLoader, list[str]]:
-    """Dataloaders and class names for one of :data:`~going_modular.cli.DATASETS`, resized
-    to ``img_size``.
+    """Dataloaders (:func:`~going_modular.data_setup.train_test_loaders`) and class names
+    for one of :data:`~going_modular.cli.DATASETS`, resized to ``img_size``.
 
     ``train_transform``/``test_transform`` replace the default (resize + to tensor) per split.
     Fashion-MNIST is padded (not resized) to a 32 ``img_size`` and repeated to RGB when
@@ -128,29 +167,15 @@ def make_dataloaders(
     transform = transforms.Compose(
         [transforms.Resize((img_size, img_size)), transforms.ToTensor()]
     )
-    train_transform = train_transform or transform
-    test_transform = test_transform or transform
-    if data_dir is not None or dataset in ("food", "food20"):
-        checked = data_dir is not None  # the CLI checked --data-dir before the run
-        if data_dir is None:
-            subset = "10%" if dataset == "food" else "20%"
-            data_dir = datasets.get_food_data(subset, fallback=fallback).root
-        return data_setup.create_dataloaders(
-            data_dir / "train",
-            data_dir / "test",
-            train_transform,
-            batch_size,
-            num_workers,
-            test_transform=test_transform,
-            check_images=not checked,
-        )
-    getter = datasets.get_cifar10 if dataset == "cifar10" else datasets.get_mnist
-    if dataset == "fashion_mnist":
-        getter = functools.partial(
-            datasets.get_fashion_mnist, pad_to_32=img_size == 32, rgb=channels == 3
-        )
-    train_data = getter(train=True, transform=train_transform, fallback=fallback)
-    test_data = getter(train=False, transform=test_transform, fallback=fallback)
+    train_data, test_data = _datasets(
+        dataset,
+        img_size,
+        fallback,
+        train_transform or transform,
+        test_transform or transform,
+        channels,
+        data_dir,
+    )
     workers = data_setup.default_num_workers() if num_workers is None else num_workers
     train_dl, test_dl = data_setup.train_test_loaders(
         train_data, test_data, batch_size, num_workers=workers
@@ -158,17 +183,17 @@ def make_dataloaders(
     return train_dl, test_dl, list(train_data.classes)
 
 
-def _device_loaders(args, recipe, img_size: int, device: torch.device):
+def _device_loaders(config: RunConfig, img_size: int, device: torch.device):
     """cifar10 as uint8 tensors on ``device``, the recipe's augmentation batched there."""
-    fallback = not args.no_fallback
+    fallback = not config.no_fallback
     train_data = datasets.get_cifar10(train=True, fallback=fallback)
     test_data = datasets.get_cifar10(train=False, fallback=fallback)
     train_dl, test_dl = gpu_augment.recipe_loaders(
         train_data,
         test_data,
-        recipe,
+        config.cct,
         img_size,
-        args.batch_size,
+        config.batch_size,
         device,
         augment.CIFAR10_MEAN,
         augment.CIFAR10_STD,
@@ -177,27 +202,24 @@ def _device_loaders(args, recipe, img_size: int, device: torch.device):
     return train_dl, test_dl, list(train_data.classes)
 
 
-def _loaders(args, recipe, img_size: int, channels: int, device: torch.device):
-    """The training and test loaders and the class names the options ask for."""
-    on = args.gpu_augment == "on" or (
-        args.gpu_augment == "auto" and device.type == "cuda"
-    )
-    if on and gpu_augment_applies(args, recipe):
-        return _device_loaders(args, recipe, img_size, device)
+def _loaders(config: RunConfig, img_size: int, channels: int, device: torch.device):
+    """The training and test loaders and the class names the config asks for."""
+    if config.augments_on(device.type):
+        return _device_loaders(config, img_size, device)
     split_transforms = {}
-    if recipe is not None and args.dataset == "cifar10":
+    if config.cct is not None and config.dataset == "cifar10":
         split_transforms = {
-            "train_transform": recipe.train_transform(img_size),
-            "test_transform": recipe.test_transform(img_size),
+            "train_transform": config.cct.train_transform(img_size),
+            "test_transform": config.cct.test_transform(img_size),
         }
     return make_dataloaders(
-        args.dataset,
+        config.dataset,
         img_size,
-        args.batch_size,
-        args.num_workers,
-        not args.no_fallback,
+        config.batch_size,
+        config.num_workers,
+        not config.no_fallback,
         channels=channels,
-        data_dir=args.data_dir,
+        data_dir=config.data_dir,
         **split_transforms,
     )
 
@@ -205,16 +227,15 @@ def _loaders(args, recipe, img_size: int, channels: int, device: torch.device):
 # --- The model -----------------------------------------------------------------------------------
 
 
-def _fitting_model(args: argparse.Namespace) -> tuple[nn.Module, int, int]:
-    """Build ``args.model`` for the first input shape it takes and check it with one
-    forward pass of zeros; return ``(model, img_size, channels)`` or raise UsageError."""
-    candidates, num_classes = input_candidates(args)
+def _first_fit(config: RunConfig) -> tuple[nn.Module, int, int, Exception | None]:
+    """``config.model`` built for the first input shape it takes, checked with one forward
+    pass of zeros: ``(model, img_size, channels, the first shape's error)``."""
     first_error = None
-    for img_size, channels in candidates:
+    for img_size, channels in config.inputs:
         try:
             model = build_model(
-                args.model,
-                num_classes=num_classes,
+                config.model,
+                num_classes=config.num_classes,
                 img_size=img_size,
                 in_channels=channels,
             )
@@ -225,112 +246,101 @@ def _fitting_model(args: argparse.Namespace) -> tuple[nn.Module, int, int]:
         except (ValueError, RuntimeError) as error:
             first_error = first_error or error
             continue
-        if (img_size, channels) != candidates[0]:
-            size, grey = candidates[0]
-            changes = [] if channels == grey else ["grey repeated to RGB"]
-            if img_size != size:
-                how = "padded" if (size, img_size) == (28, 32) else "resized"
-                changes.insert(0, f"{how} to {img_size}x{img_size}")
-            print(
-                f"[INFO] {args.model} does not take {data_label(args)}'s {size}x{size} "
-                f"images as they are ({first_error}), so they are {' and '.join(changes)}."
-            )
-        return model, img_size, channels
-    size, channels = candidates[0]
+        return model, img_size, channels, first_error
+    size, channels = config.inputs[0]
     raise UsageError(
-        f"--model {args.model} does not fit {data_label(args)} "
+        f"--model {config.model} does not fit {config.data_label} "
         f"({channels} channel(s), {size}x{size} pixels): {first_error} "
         "Pass an --img-size the model takes, or choose another --model."
     )
 
 
-def _prepare_model(model: nn.Module, args: argparse.Namespace) -> nn.Module:
+def _fitting_model(config: RunConfig) -> tuple[nn.Module, int, int]:
+    """The model for the first input shape it takes (saying how the images are changed
+    for it): ``(model, img_size, channels)``, or UsageError."""
+    model, img_size, channels, first_error = _first_fit(config)
+    if (img_size, channels) != config.inputs[0]:
+        size, grey = config.inputs[0]
+        changes = [] if channels == grey else ["grey repeated to RGB"]
+        if img_size != size:
+            how = "padded" if (size, img_size) == (28, 32) else "resized"
+            changes.insert(0, f"{how} to {img_size}x{img_size}")
+        print(
+            f"[INFO] {config.model} does not take {config.data_label}'s {size}x{size} "
+            f"images as they are ({first_error}), so they are {' and '.join(changes)}."
+        )
+    batch_norms = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)
+    if config.batch_size == 1 and any(
+        isinstance(m, batch_norms) for m in model.modules()
+    ):
+        raise UsageError(
+            f"--model {config.model} has BatchNorm layers, which cannot train on a batch "
+            "of one image (every batch would be skipped): use --batch-size 2 or more"
+        )
+    return model, img_size, channels
+
+
+def _prepare_model(model: nn.Module, compile_model: bool) -> nn.Module:
     """The model the engine runs: channels-last weights when that is faster
     (:func:`~going_modular.utils.prefer_channels_last`) and, with ``--compile``, compiled
     (opt-in: on this book's CPU it was 0.87x as fast; the checkpoint keeps the uncompiled
     module, which shares its weights)."""
     utils.prefer_channels_last(model)
-    if not args.compile:
+    if not compile_model:
         return model
     print("[INFO] torch.compile: the first steps compile the model and are slow.")
     return torch.compile(model)
 
 
+# --- The recipe ----------------------------------------------------------------------------------
+
+
+def _recipe(config: RunConfig, steps_per_epoch: int, num_classes: int) -> Recipe:
+    """The engine's recipe for this run: AdamW with the options' learning rate, weight decay
+    (biases and norms exempt), label smoothing and warmup + cosine, or the CCT recipe's
+    (:meth:`~going_modular.training.cct_recipes.CCTRecipe.training_recipe`); with the
+    options' length, time budget, gradient clipping and mixed precision, and a dry run's
+    step caps (``BOOK_DRY_RUN=1``, :func:`~going_modular.book.settings.capped`)."""
+    if config.cct is None:
+        recipe = Recipe(
+            lr=config.lr,
+            weight_decay=config.weight_decay,
+            label_smoothing=config.label_smoothing,
+            schedule="warmup_cosine" if config.warmup_epochs > 0 else "constant",
+            warmup_steps=config.warmup_epochs * steps_per_epoch,
+            epochs=config.epochs,
+        )
+    else:
+        recipe = config.cct.training_recipe(
+            steps_per_epoch, config.epochs, num_classes=num_classes
+        )
+        print(f"[INFO] Recipe {config.cct.name}: {config.cct.source}")
+    return settings.capped(
+        recipe.replace(
+            max_steps_per_epoch=config.max_steps,
+            time_budget=None if config.time_budget is None else config.time_budget * 60,
+            max_grad_norm=config.max_grad_norm,
+            amp=config.amp,
+        )
+    )
+
+
 # --- The run -------------------------------------------------------------------------------------
 
 
-def _recipe(
-    args: argparse.Namespace,
-    cct: cct_recipes.CCTRecipe | None,
-    steps_per_epoch: int,
-    num_classes: int,
-) -> Recipe:
-    """The engine's recipe for this run: AdamW with the options' learning rate, weight decay
-    (biases and norms exempt), label smoothing and warmup + cosine, or the CCT recipe's
-    (:meth:`~going_modular.cct_recipes.CCTRecipe.training_recipe`); with the options' length,
-    time budget, gradient clipping and mixed precision."""
-    if cct is None:
-        recipe = Recipe(
-            lr=args.lr,
-            weight_decay=args.weight_decay,
-            label_smoothing=args.label_smoothing,
-            schedule="warmup_cosine" if args.warmup_epochs > 0 else "constant",
-            warmup_steps=args.warmup_epochs * steps_per_epoch,
-            epochs=args.epochs,
-        )
-    else:
-        recipe = cct.training_recipe(
-            steps_per_epoch, args.epochs, num_classes=num_classes
-        )
-        print(f"[INFO] Recipe {cct.name}: {cct.source}")
-    return recipe.replace(
-        max_steps_per_epoch=args.max_steps,
-        time_budget=None if args.time_budget is None else args.time_budget * 60,
-        max_grad_norm=args.max_grad_norm,
-        amp=args.amp,
-    )
-
-
-def _train(
-    args: argparse.Namespace,
-    cct: cct_recipes.CCTRecipe | None,
-    channels: int,
-    current: runs.Run,
-) -> dict[str, list[float]]:
-    """Prepare the data and the recipe, then train ``current.model`` (checkpointing each
-    epoch into the run's folder)."""
-    model, img_size, device = current.model, current.img_size, utils.get_device()
-    train_dl, test_dl, class_names = _loaders(args, cct, img_size, channels, device)
-    current.class_names = class_names
-    print(
-        f"[INFO] Data: {data_label(args)}, {len(train_dl.dataset)} train and "
-        f"{len(test_dl.dataset)} test images of {len(class_names)} classes, given to "
-        f"{args.model} as {channels}x{img_size}x{img_size}."
-    )
-    steps_per_epoch = min(len(train_dl), args.max_steps or math.inf)
-    recipe = _recipe(args, cct, steps_per_epoch, len(class_names))
-    return engine.fit(
-        _prepare_model(model, args),
-        train_dl,
-        test_dl,
-        recipe,
-        device=device,
-        checkpoint_dir=current.dir,
-    )
-
-
-def _log_to_mlflow(args: argparse.Namespace, record: dict, results: dict) -> None:
+def _log_to_mlflow(config: RunConfig, record: dict, results: dict) -> None:
     """Log the options as parameters and each epoch's results with ``step=epoch``."""
     from going_modular.training import tracking
 
-    params = {k: v for k, v in vars(args).items() if v is not None}
-    with tracking.start_run("cli", f"{args.model} {record['run_id']}", params):
+    with tracking.start_run(
+        "cli", f"{config.model} {record['run_id']}", config.params()
+    ):
         tracking.log_results(results)
     print(f"[INFO] Logged to MLflow; browse with: {tracking.ui_command()}")
 
 
 def _stopped(current: runs.Run, error: BaseException) -> BaseException:
-    """Keep what ``error`` left of the run (:meth:`~going_modular.runs.Run.keep_stopped`);
+    """Keep what ``error`` left of the run (:meth:`~going_modular.training.runs.Run.keep_stopped`);
     return what to raise instead: one line for a stop or a known failure, else ``error``."""
     record, kept = current.keep_stopped(error)
     epochs = record["epochs_completed"]
@@ -350,66 +360,165 @@ def _stopped(current: runs.Run, error: BaseException) -> BaseException:
     return error
 
 
-def _train_and_save(
-    args: argparse.Namespace,
-    cct: cct_recipes.CCTRecipe | None,
-    channels: int,
-    current: runs.Run,
-) -> dict[str, list[float]]:
-    """Train, then save the run complete; or keep what a stop or a failure left."""
+@contextlib.contextmanager
+def _kept_if_stopped(current: runs.Run) -> Iterator[None]:
+    """Within the block, a stop or a failure keeps what the run has done (:func:`_stopped`)."""
     try:
-        results = _train(args, cct, channels, current)
-        record = current.record | {
-            "status": "complete",
-            "epochs_completed": len(results["test_acc"]),
-        }
-        current.save(record, results)
+        yield
     except BaseException as error:
         stop = _stopped(current, error)
         if stop is error:
             raise
         raise stop from None
+
+
+def _new_run(config: RunConfig, model: nn.Module, img_size: int) -> runs.Run:
+    """A new run folder, its record written (status running)."""
+    run_dir = runs.new_run_dir(config.output_dir)
+    record = {
+        "run_id": run_dir.name,
+        "model": config.model,
+        "data": str(config.data_dir) if config.data_dir else config.dataset,
+        "options": config.options,
+        "status": "running",
+    }
+    current = runs.Run(run_dir, record, model, img_size)
+    current.write_results(record, {})
+    print(f"[INFO] Writing the run in {run_dir}")
+    return current
+
+
+def _prepare(
+    config: RunConfig, current: runs.Run, channels: int, device: torch.device
+) -> tuple[DataLoader, DataLoader, Recipe]:
+    """The data and the recipe; the run's record takes the data's class names and sizes."""
+    train_dl, test_dl, class_names = _loaders(
+        config, current.img_size, channels, device
+    )
+    current.class_names = class_names
+    sizes = {"train_images": len(train_dl.dataset), "test_images": len(test_dl.dataset)}
+    current.record = current.record | {"class_names": class_names} | sizes
+    print(
+        f"[INFO] Data: {config.data_label}, {sizes['train_images']} train and "
+        f"{sizes['test_images']} test images of {len(class_names)} classes, given to "
+        f"{config.model} as {channels}x{current.img_size}x{current.img_size}."
+    )
+    steps_per_epoch = min(len(train_dl), config.max_steps or math.inf)
+    return train_dl, test_dl, _recipe(config, steps_per_epoch, len(class_names))
+
+
+def _check_resumable(
+    config: RunConfig, current: runs.Run, train_dl: DataLoader, recipe: Recipe
+) -> None:
+    """Refuse (UsageError, before anything is written) a checkpoint that another model,
+    recipe or data made: it is not this run's to continue."""
+    optimizer = recipe.build_optimizer(current.model)
+    per_epoch = min(len(train_dl), recipe.max_steps_per_epoch or math.inf)
+    scheduler = recipe.build_schedule(optimizer, recipe.epochs * per_epoch)
+    ours = training_config(current.model, recipe, recipe.epochs, optimizer, scheduler)
+    problems = config_mismatches(config.resumed.checkpoint.get("config", {}), ours)
+    saved = config.resumed.record  # runs from before it recorded the data: not compared
+    data = [k for k in ("class_names", "train_images", "test_images") if k in saved]
+    problems += config_mismatches(saved, {k: current.record[k] for k in data})
+    if problems:
+        raise UsageError(
+            f"--resume {current.dir}: its {CHECKPOINT_NAME} does not belong to this run "
+            f"({'; '.join(problems)}). Nothing was changed: put the run's own "
+            f"{CHECKPOINT_NAME} and data back, or start a new run"
+        )
+
+
+def _resumed_run(
+    config: RunConfig,
+    model: nn.Module,
+    img_size: int,
+    channels: int,
+    device: torch.device,
+) -> tuple[runs.Run, DataLoader, DataLoader, Recipe]:
+    """The run ``--resume`` continues, its data and recipe checked against its checkpoint
+    before its record is written (status running)."""
+    resumed = config.resumed
+    current = runs.Run(resumed.run_dir, dict(resumed.record), model, img_size)
+    train_dl, test_dl, recipe = _prepare(config, current, channels, device)
+    _check_resumable(config, current, train_dl, recipe)
+    current.record = current.record | {"status": "running"}
+    current.write_results(current.record, resumed.results)
+    print(f"[INFO] Continuing the run in {current.dir}")
+    return current, train_dl, test_dl, recipe
+
+
+def _finish_after(epochs: int, stops: runs.StopSignals) -> Callable[[int, dict], bool]:
+    """A callback of :func:`~going_modular.engine.fit`: after the last epoch, a signal
+    waits for the save (:meth:`~going_modular.training.runs.StopSignals.finish`)."""
+
+    def after_epoch(epoch: int, results: dict) -> bool:
+        if epoch >= epochs:
+            stops.finish()
+        return False  # never stops training early
+
+    return after_epoch
+
+
+def _save(
+    config: RunConfig, current: runs.Run, results: dict, stops: runs.StopSignals
+) -> None:
+    """Save the run complete, then the optional steps; a signal meanwhile waits."""
+    stops.finish()
+    record = current.record | {
+        "status": "complete",
+        "epochs_completed": len(results["test_acc"]),
+    }
+    with _kept_if_stopped(current):
+        current.save(record, results)
     runs.optional_step(  # complete: nothing left to resume
         "Removing checkpoint.pth",
         lambda: (current.dir / CHECKPOINT_NAME).unlink(missing_ok=True),
     )
-    log = functools.partial(_log_to_mlflow, args) if args.mlflow else None
+    log = functools.partial(_log_to_mlflow, config) if config.mlflow else None
     current.finish(record, results, log)
     print(f"[INFO] Saved the run to {current.dir}")
-    return results
+    if stops.received is not None:
+        name = signal.Signals(stops.received).name
+        print(f"[INFO] {name} came after the last epoch: the run is complete.")
 
 
-def run(args: argparse.Namespace) -> dict[str, list[float]]:
-    """Train as ``args`` say into a new run folder (or continue ``args.resume``) and write
-    the model, results and curves there.
+def run(
+    config: RunConfig, stops: runs.StopSignals | None = None
+) -> dict[str, list[float]]:
+    """Train as ``config`` says into a new run folder (or continue ``config.resumed``) and
+    write the model, results and curves there: model, lock, data, recipe, fit, save.
 
-    Raises UsageError before any data is prepared when the options cannot work,
-    TrainingInterrupted after saving the completed epochs on Ctrl-C, SIGTERM or SIGHUP, and
-    TrainingFailed after saving them when training fails (e.g. the loss diverges).
+    Raises UsageError before anything is written when the model or a resumed run's
+    checkpoint does not fit, TrainingInterrupted after saving the completed epochs on
+    Ctrl-C, SIGTERM or SIGHUP (``stops``: their handler, see
+    :func:`~going_modular.training.runs.stop_signals`), and TrainingFailed after saving them
+    when training fails (e.g. the loss diverges).
     """
-    resume_dir, record, results = None, {}, {}
-    if args.resume is not None:
-        resume_dir, record, results = resume_from(args)
-    options = options_given(args)
-    cct = resolve_recipe(args)
-    check_options(args, cct)
-    utils.set_seeds(args.seed)
-    model, img_size, channels = _fitting_model(args)
-    with locked_output_dir(args.output_dir):
-        run_dir = resume_dir or runs.new_run_dir(args.output_dir)
-        record = record or {
-            "run_id": run_dir.name,
-            "model": args.model,
-            "data": str(args.data_dir) if args.data_dir else args.dataset,
-            "options": options,
-        }
-        record = record | {"status": "running"}
-        current = runs.Run(run_dir, record, model, img_size)
-        current.write_results(record, results)
-        print(
-            f"[INFO] {'Continuing' if resume_dir else 'Writing'} the run in {run_dir}"
-        )
-        return _train_and_save(args, cct, channels, current)
+    stops = stops or runs.StopSignals()
+    utils.set_seeds(config.seed)
+    model, img_size, channels = _fitting_model(config)
+    device = utils.get_device()
+    with locked_output_dir(config.output_dir):
+        if config.resumed is None:
+            current = _new_run(config, model, img_size)
+            with _kept_if_stopped(current):
+                train_dl, test_dl, recipe = _prepare(config, current, channels, device)
+        else:
+            current, train_dl, test_dl, recipe = _resumed_run(
+                config, model, img_size, channels, device
+            )
+        with _kept_if_stopped(current):
+            results = engine.fit(
+                _prepare_model(model, config.compile),
+                train_dl,
+                test_dl,
+                recipe,
+                device=device,
+                checkpoint_dir=current.dir,
+                callbacks=[_finish_after(recipe.epochs, stops)],
+            )
+        _save(config, current, results, stops)
+        return results
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -417,13 +526,14 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     Exits with 2 on bad options, 1 when training fails (e.g. a NaN loss) and 128 + the
     signal's number when stopped (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP), each with a
-    one-line message instead of a traceback.
+    one-line message instead of a traceback. ``BOOK_OFFLINE=1`` keeps the data offline.
     """
+    settings.apply_to_library()
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        with runs.stop_signals():
-            run(args)
+        with runs.stop_signals() as stops:
+            run(configure(args), stops)
     except UsageError as error:
         parser.error(str(error))
     except TrainingInterrupted as interrupted:

@@ -20,7 +20,7 @@ from torchvision import transforms
 
 from going_modular import cli, train, utils
 from going_modular.data import datasets, standins
-from going_modular.data.paths import project_root
+from going_modular.data.paths import data_dir, project_root
 from going_modular.models.registry import _REGISTRY
 from going_modular.training import runs
 from going_modular.training.checkpoint import save_checkpoint
@@ -271,11 +271,32 @@ def test_run_writes_checkpoint_results_and_curves(tmp_path, capsys):
     assert "[STAND-IN] MNIST" in capsys.readouterr().out
 
 
+def _installed_fashion_mnist() -> Path | None:
+    """The data folder in which the package finds Fashion-MNIST (``$BOOK_DATA_DIR`` or the
+    project's data/, where ``make data`` puts it), or None; read at import, before each
+    test points BOOK_DATA_DIR at a fresh folder (conftest)."""
+    root = data_dir()
+    raw = root / "FashionMNIST" / "raw"
+    return (
+        root
+        if all((raw / n).is_file() for n in datasets.FASHION_MNIST_SHA256)
+        else None
+    )
+
+
+FASHION_MNIST_ROOT = _installed_fashion_mnist()
+
+
 @pytest.mark.skipif(
-    not datasets.DEBIAN_FASHION_MNIST.is_dir(),
-    reason="Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)",
+    FASHION_MNIST_ROOT is None and not datasets.DEBIAN_FASHION_MNIST.is_dir(),
+    reason="Fashion-MNIST is not installed (make data, or apt-get install "
+    "dataset-fashion-mnist)",
 )
-def test_fashion_mnist_end_to_end_pads_for_a_patch_16_vit(tmp_path, capsys, no_plots):
+def test_fashion_mnist_end_to_end_pads_for_a_patch_16_vit(
+    tmp_path, capsys, no_plots, monkeypatch
+):
+    if FASHION_MNIST_ROOT is not None:  # read there (nothing is written into it)
+        monkeypatch.setenv("BOOK_DATA_DIR", str(FASHION_MNIST_ROOT))
     out = tmp_path / "run"
     train.main(
         ["--dataset", "fashion_mnist", "--model", "vit_tiny", "--epochs", "1"]

@@ -74,11 +74,13 @@ def test_missing_experiment_reads_as_empty(store):
 
 
 def test_the_cli_logs_its_options_and_epochs(store):
-    from going_modular.train import _log_to_mlflow, build_parser
+    from going_modular.cli import build_parser, configure
+    from going_modular.train import _log_to_mlflow
 
     args = build_parser().parse_args(["--model", "vitbn", "--lr", "0.01", "--mlflow"])
-    assert args.mlflow
-    _log_to_mlflow(args, {"run_id": "r1"}, {"test_acc": [0.2, 0.4, 0.6]})
+    config = configure(args)
+    assert config.mlflow
+    _log_to_mlflow(config, {"run_id": "r1"}, {"test_acc": [0.2, 0.4, 0.6]})
     runs = tracking.read_runs("cli")
     assert runs.loc[0, "params.model"] == "vitbn"
     assert float(runs.loc[0, "params.lr"]) == 0.01

@@ -40,6 +40,7 @@ __all__ = [
     "CheckpointMismatchError",
     "CorruptCheckpointError",
     "TrainingState",
+    "config_mismatches",
     "content_sha256",
     "is_verified",
     "load_verified",
@@ -232,14 +233,16 @@ def save_checkpoint(checkpoint_dir: Path, epoch: int, state: dict[str, Any]) -> 
     write_verified(checkpoint_dir / CHECKPOINT_NAME, state)
 
 
-def _check_matches(saved: dict[str, Any], current: dict[str, Any], path: Path) -> None:
-    """Raise :class:`CheckpointMismatchError` listing what differs between two configs."""
+def config_mismatches(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    """What differs between two configs (:func:`training_config`), one phrase each; the
+    weights' shapes in one phrase (another model). Keys missing from ``current`` are not
+    compared."""
     problems = [
         f"{key}={saved.get(key)!r} there but {value!r} here"
         for key, value in current.items()
         if key != "weights" and saved.get(key) != value
     ]
-    weights, ours = saved.get("weights", {}), current["weights"]
+    weights, ours = saved.get("weights", {}), current.get("weights", {})
     differ = [
         f"{k}: {weights.get(k, 'missing')} there but {ours.get(k, 'missing')} here"
         for k in sorted(set(weights) | set(ours))
@@ -249,6 +252,12 @@ def _check_matches(saved: dict[str, Any], current: dict[str, Any], path: Path) -
         problems.append(
             f"another model ({len(differ)} weight(s) differ, e.g. {differ[0]})"
         )
+    return problems
+
+
+def _check_matches(saved: dict[str, Any], current: dict[str, Any], path: Path) -> None:
+    """Raise :class:`CheckpointMismatchError` listing what differs between two configs."""
+    problems = config_mismatches(saved, current)
     if problems:
         raise CheckpointMismatchError(
             f"{path} was saved by another training: {'; '.join(problems)}. Call fit() "

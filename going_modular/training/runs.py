@@ -2,18 +2,20 @@
 
 Each training run of the CLI gets its own new folder ``<output-dir>/<timestamp>-<id>/`` (as
 MLflow and Lightning version their runs); nothing a later run does deletes or moves it. A
-lock file (``<output-dir>/.lock``) refuses a second run into the same folder while one is
-running, and ``<output-dir>/latest`` points to the newest run that saved a model (a symlink,
-or a text file holding the run's name where symlinks are not possible).
+lock file (``<output-dir>/.going_modular-train.lock``, a name no user's file has) refuses a
+second run into the same folder while one is running, and ``<output-dir>/latest`` points to
+the newest run that saved a model (a symlink, or a text file holding the run's name where
+symlinks are not possible).
 
-Files are written atomically with :mod:`going_modular.files` (a temporary beside the
+Files are written atomically with :mod:`going_modular.data.files` (a temporary beside the
 target, renamed into place; a cleanup only ever removes temporaries that this code wrote and
 whose process has ended, never a user's ``.model.pth-20240101``).
 A run's ``model.pth`` is saved first and its ``results.json`` last, holding the model file's
 SHA-256: the two belong together exactly when :func:`pair_matches`.
 
-SIGTERM and SIGHUP stop a run as Ctrl-C does (:func:`stop_signals`), and all three are held
-back while a run's files are written (:func:`signals_held`).
+SIGTERM and SIGHUP stop a run as Ctrl-C does (:func:`stop_signals`; one ignored at the start,
+as ``nohup`` ignores SIGHUP, stays ignored), and all three are held back while a run's files
+are written (:func:`signals_held`) and once its last epoch is done.
 
 :class:`Run` is one run's folder as the CLI fills it: the record (id, status, options), the
 model saved with its results, the optional steps after a save (the curves, MLflow, the
@@ -63,6 +65,7 @@ __all__ = [
     "Run",
     "RunLockedError",
     "StopSignal",
+    "StopSignals",
     "check_path_length",
     "describe_error",
     "exit_code",
@@ -77,7 +80,7 @@ __all__ = [
 ]
 
 LATEST = "latest"
-LOCK = ".lock"
+LOCK = ".going_modular-train.lock"  # not a user's own .lock
 MODEL = "model.pth"
 RESULTS = "results.json"
 # SIGTERM and SIGHUP stop a run as Ctrl-C (SIGINT) does; each exits with 128 + its number.
@@ -114,22 +117,54 @@ def _in_main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
 
 
-@contextlib.contextmanager
-def stop_signals() -> Iterator[None]:
-    """Within the block, SIGTERM and SIGHUP raise :class:`StopSignal` (main thread only)."""
-    if not _in_main_thread():
-        yield
-        return
+class StopSignals:
+    """The stop signals' handler while a run trains (see :func:`stop_signals`).
 
-    def stop(signum, frame):
+    The first Ctrl-C, SIGTERM or SIGHUP raises KeyboardInterrupt (:class:`StopSignal` for
+    the last two) in the main thread; once :meth:`finish` says that the last epoch is
+    done, or once a stop is under way, a signal is only noted in ``received``, so that the
+    save it would cut short goes on and no second traceback is printed.
+    """
+
+    def __init__(self) -> None:
+        self.finishing = False
+        self.received: int | None = None
+
+    def finish(self) -> None:
+        """The last epoch is done: from now on a signal waits for the save."""
+        self.finishing = True
+
+    def __call__(self, signum: int, frame) -> None:
+        if self.finishing or self.received is not None:
+            self.received = self.received or signum
+            return
+        self.received = signum
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
         raise StopSignal(signum)
 
-    previous = {signum: signal.signal(signum, stop) for signum in STOP_SIGNALS}
+
+@contextlib.contextmanager
+def stop_signals() -> Iterator[StopSignals]:
+    """Within the block, Ctrl-C, SIGTERM and SIGHUP stop the run through the
+    :class:`StopSignals` it yields (main thread only). A signal that was ignored when the
+    block began stays ignored: ``nohup`` ignores SIGHUP, a shell's background job SIGINT."""
+    stops = StopSignals()
+    if not _in_main_thread():
+        yield stops
+        return
+    previous = {
+        signum: signal.getsignal(signum) for signum in (signal.SIGINT, *STOP_SIGNALS)
+    }
+    for signum, handler in previous.items():
+        if handler != signal.SIG_IGN:
+            signal.signal(signum, stops)
     try:
-        yield
+        yield stops
     finally:
         for signum, handler in previous.items():
-            signal.signal(signum, handler)
+            if handler is not None:  # None: a handler not set from Python, left as is
+                signal.signal(signum, handler)
 
 
 @contextlib.contextmanager
@@ -239,7 +274,8 @@ def resolve_run(path: str | Path) -> Path:
 
 
 class OutputLock:
-    """Hold ``<folder>/.lock`` while a run writes into ``folder`` (a context manager).
+    """Hold the lock file ``<folder>/.going_modular-train.lock`` (:data:`LOCK`) while a run
+    writes into ``folder`` (a context manager).
 
     A second process meets :class:`RunLockedError`, which names the holder's process id.
     The lock is an advisory ``flock``, which the kernel releases when its process dies, so

@@ -1,0 +1,276 @@
+"""Issue 30, the CLI's side: a refused ``--resume`` leaves its run folder byte for byte as
+it was, signals do what a user means by them, and bad options are explained before any
+work starts. Also: the CLI's own switches (the dry run's caps, offline) reach the library
+through the config, not the environment."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+from pathlib import Path
+
+import pytest
+import torch
+
+from going_modular import engine, train
+from going_modular.book import settings
+from going_modular.data import network
+from going_modular.training import runs
+
+TINY = ["--model", "tinyvgg", "--dataset", "mnist", "--batch-size", "32"]
+
+
+def _own(data: Path, out: Path, *extra: str) -> list[str]:
+    """Training on :func:`tiny_image_folder` (conftest; 2 steps per epoch) into ``out``."""
+    return [
+        "--data-dir", str(data), "--img-size", "8", "--batch-size", "4",
+        "--epochs", "3", "--output-dir", str(out), *extra,
+    ]  # fmt: skip
+
+
+def _snapshot(out: Path) -> dict[str, str]:
+    """Every file below ``out`` by its SHA-256, and where each symlink points."""
+    files = {}
+    for path in sorted(out.rglob("*")):
+        name = str(path.relative_to(out))
+        if path.is_symlink():
+            files[name] = "-> " + os.readlink(path)
+        elif path.is_file():
+            files[name] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return files
+
+
+def _refused(argv: list[str], capsys) -> str:
+    """Run the CLI, expecting it to refuse with exit code 2; return stderr."""
+    with pytest.raises(SystemExit) as info:
+        train.main(argv)
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    return err
+
+
+@pytest.fixture
+def interrupted_run(tiny_image_folder, tmp_path, signal_at_training_step, capsys):
+    """A run of 3 planned epochs stopped by Ctrl-C in epoch 2 (epoch 1 saved)."""
+
+    def make(out: Path, *extra: str) -> Path:
+        signal_at_training_step(signal.SIGINT, step=3)
+        with pytest.raises(SystemExit) as info:
+            train.main(_own(tiny_image_folder, out, *extra))
+        assert info.value.code == 130
+        capsys.readouterr()
+        run = (out / "latest").resolve()
+        assert json.loads((run / "results.json").read_text())["status"] == (
+            "interrupted"
+        )
+        return run
+
+    return make
+
+
+# --- A refused --resume writes nothing ----------------------------------------------------------
+
+
+def test_resume_of_a_truncated_checkpoint_changes_nothing(
+    interrupted_run, tmp_path, capsys
+):
+    out = tmp_path / "runs"
+    run = interrupted_run(out)
+    checkpoint = run / "checkpoint.pth"
+    checkpoint.write_bytes(checkpoint.read_bytes()[:100])
+    before = _snapshot(out)
+    err = _refused(["--resume", str(run)], capsys)
+    assert f"Cannot read the training checkpoint {checkpoint}" in err
+    assert "was left as it is" in err and "start a new run" in err
+    assert _snapshot(out) == before  # results.json still holds epoch 1, not "failed"
+
+
+def test_resume_with_another_runs_checkpoint_changes_nothing(
+    interrupted_run, tmp_path, capsys
+):
+    mine = interrupted_run(tmp_path / "mine")
+    other = interrupted_run(tmp_path / "other", "--lr", "0.01")
+    shutil.copy(other / "checkpoint.pth", mine / "checkpoint.pth")
+    before = _snapshot(tmp_path / "mine")
+    err = _refused(["--resume", str(mine)], capsys)
+    assert (
+        "checkpoint.pth does not belong to this run (lr=0.01 there but 0.001 here)"
+        in (err)
+    )
+    assert "Nothing was changed" in err
+    assert _snapshot(tmp_path / "mine") == before  # model.pth and train_loss untouched
+
+
+def test_resume_of_a_checkpoint_beyond_the_planned_epochs_is_refused(
+    interrupted_run, tmp_path, capsys
+):
+    out = tmp_path / "runs"
+    run = interrupted_run(out)
+    state = torch.load(run / "checkpoint.pth", weights_only=True)
+    torch.save(state | {"epoch": 9}, run / "checkpoint.pth")
+    before = _snapshot(out)
+    err = _refused(["--resume", str(run)], capsys)
+    assert "holds epoch 9, but the run plans 3 epoch(s)" in err
+    assert _snapshot(out) == before
+
+
+def test_resume_on_changed_data_is_refused(
+    interrupted_run, tiny_image_folder, tmp_path, capsys
+):
+    out = tmp_path / "runs"
+    run = interrupted_run(out)
+    extra = tiny_image_folder / "train" / "a" / "extra.png"
+    extra.write_bytes((tiny_image_folder / "train" / "a" / "0.png").read_bytes())
+    before = _snapshot(out)
+    err = _refused(["--resume", str(run)], capsys)
+    assert "train_images=8 there but 9 here" in err
+    assert _snapshot(out) == before
+    extra.unlink()  # the data as it was: the run continues
+    train.main(["--resume", str(run)])
+    results = json.loads((run / "results.json").read_text())
+    assert results["status"] == "complete" and len(results["train_loss"]) == 3
+    assert results["class_names"] == ["a", "b"] and results["test_images"] == 4
+
+
+# --- Signals ------------------------------------------------------------------------------------
+
+
+def test_sighup_is_ignored_under_nohup(
+    tiny_image_folder, tmp_path, signal_at_training_step, capsys
+):
+    signal_at_training_step(signal.SIGHUP, step=3)
+    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)  # as nohup starts it
+    try:
+        train.main(_own(tiny_image_folder, tmp_path / "runs"))
+        assert signal.getsignal(signal.SIGHUP) == signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGHUP, previous)
+    results = json.loads((tmp_path / "runs" / "latest" / "results.json").read_text())
+    assert results["status"] == "complete" and len(results["train_loss"]) == 3
+
+
+def test_signals_after_the_last_epoch_let_the_save_finish(
+    tiny_image_folder, tmp_path, monkeypatch, capsys
+):
+    save = runs.Run.save
+
+    def signalled_save(self, record, results):
+        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), signal.SIGTERM)
+        save(self, record, results)
+
+    monkeypatch.setattr(runs.Run, "save", signalled_save)
+    train.main(_own(tiny_image_folder, tmp_path / "runs"))  # exits 0: no SystemExit
+    out = capsys.readouterr()
+    assert "SIGTERM came after the last epoch: the run is complete." in out.out
+    assert "Traceback" not in out.err
+    run = (tmp_path / "runs" / "latest").resolve()
+    results = json.loads((run / "results.json").read_text())
+    assert results["status"] == "complete" and runs.pair_matches(run)
+
+
+def test_a_second_signal_does_not_cut_the_save_of_the_first(
+    tiny_image_folder, tmp_path, monkeypatch, signal_at_training_step, capsys
+):
+    keep_stopped = runs.Run.keep_stopped
+
+    def impatient(self, error):
+        os.kill(os.getpid(), signal.SIGTERM)  # the user presses again, or kill follows
+        return keep_stopped(self, error)
+
+    monkeypatch.setattr(runs.Run, "keep_stopped", impatient)
+    signal_at_training_step(signal.SIGINT, step=3)
+    with pytest.raises(SystemExit) as info:
+        train.main(_own(tiny_image_folder, tmp_path / "runs"))
+    assert info.value.code == 130
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert (
+        err.strip()
+        .splitlines()[-1]
+        .startswith("Interrupted during epoch 2: saved epoch 1's checkpoint")
+    )
+    run = (tmp_path / "runs" / "latest").resolve()
+    assert json.loads((run / "results.json").read_text())["status"] == "interrupted"
+    assert runs.pair_matches(run)
+
+
+# --- Clear messages before work starts -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("-1e-3", "argument --lr/--learning-rate: must be positive, got -0.001"),
+        ("-inf", "argument --lr/--learning-rate: must be a finite number, got -inf"),
+    ],
+)
+def test_a_negative_learning_rate_says_why_not(value, message, tmp_path, capsys):
+    err = _refused([*TINY, "--lr", value, "--output-dir", str(tmp_path / "o")], capsys)
+    assert message in err and "expected one argument" not in err
+    assert not (tmp_path / "o").exists()
+
+
+def test_output_dir_links_that_go_nowhere_are_refused(tmp_path, capsys):
+    dangling, loop = tmp_path / "dangling", tmp_path / "loop"
+    dangling.symlink_to(tmp_path / "gone")
+    loop.symlink_to(loop)
+    err = _refused([*TINY, "--output-dir", str(dangling)], capsys)
+    assert f"--output-dir {dangling} is a symbolic link to {tmp_path / 'gone'}" in err
+    assert "which does not exist" in err
+    err = _refused([*TINY, "--output-dir", str(loop)], capsys)
+    assert f"--output-dir {loop} is a symbolic link that leads back to itself" in err
+    assert not (tmp_path / "gone").exists() and not (tmp_path / "data").exists()
+
+
+def test_batch_norm_with_batches_of_one_is_refused_up_front(tmp_path, capsys):
+    argv = ["--model", "vitbn", "--dataset", "mnist", "--batch-size", "1"]
+    err = _refused([*argv, "--output-dir", str(tmp_path / "o")], capsys)
+    assert "--model vitbn has BatchNorm layers" in err and "--batch-size 2" in err
+    assert not (tmp_path / "o").exists() and not (tmp_path / "data").exists()
+
+
+def test_a_users_own_lock_file_is_never_touched(tiny_image_folder, tmp_path, capsys):
+    out = tmp_path / "runs"
+    out.mkdir()
+    (out / ".lock").write_text("my own lock file")
+    train.main(_own(tiny_image_folder, out, "--epochs", "1"))
+    assert (out / ".lock").read_text() == "my own lock file"
+    assert not (out / runs.LOCK).exists()
+
+
+# --- The CLI's switches reach the library through the config -------------------------------------
+
+
+def test_the_dry_run_caps_the_clis_recipe(tmp_path, monkeypatch):
+    seen = []
+
+    def fit(model, train_data, test_data, recipe, **kwargs):
+        seen.append(recipe)
+        return {key: [1.0] for key in engine.RESULT_KEYS}
+
+    monkeypatch.setattr(engine, "fit", fit)
+    monkeypatch.setattr(runs.Run, "_plot", lambda self, results: None)
+    monkeypatch.setenv("BOOK_DRY_RUN", "1")
+    train.main([*TINY, "--epochs", "1", "--output-dir", str(tmp_path / "o")])
+    monkeypatch.delenv("BOOK_DRY_RUN")
+    train.main([*TINY, "--epochs", "1", "--output-dir", str(tmp_path / "o")])
+    dry, full = seen
+    steps = settings.DRY_RUN_STEPS
+    assert (dry.max_steps_per_epoch, dry.max_eval_steps) == (steps, steps)
+    assert (full.max_steps_per_epoch, full.max_eval_steps) == (None, None)
+
+
+def test_book_offline_reaches_the_library(monkeypatch):
+    network.set_offline(False)
+    monkeypatch.setenv("BOOK_OFFLINE", "1")
+    try:
+        with pytest.raises(SystemExit) as info:
+            train.main(["--help"])
+        assert info.value.code == 0 and network.is_offline()
+    finally:
+        settings.apply_to_library()
