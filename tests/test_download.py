@@ -137,11 +137,6 @@ def server():
     httpd.shutdown()
 
 
-@pytest.fixture
-def online(monkeypatch):
-    monkeypatch.delenv("BOOK_OFFLINE")
-
-
 def _leftovers(root):
     return sorted(p.name for p in root.iterdir()) if root.exists() else []
 
@@ -201,7 +196,10 @@ def test_unreachable_host_names_the_cause(online, tmp_path):
 
 
 def test_offline_refuses_before_touching_the_network(server, tmp_path):
-    with pytest.raises(DownloadError, match="BOOK_OFFLINE=1"):
+    with pytest.raises(
+        DownloadError,
+        match=r"offline \(going_modular\.data\.network\.set_offline\(True\)",
+    ):
         download_data(f"{server}/good.zip", "food", data_dir=tmp_path)
     assert _leftovers(tmp_path) == []
 

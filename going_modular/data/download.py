@@ -30,9 +30,14 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from going_modular.data.files import atomic_folder, remove_stale_temporaries, sha256_of, temporary_folder
+from going_modular.data.files import (
+    atomic_folder,
+    remove_stale_temporaries,
+    sha256_of,
+    temporary_folder,
+)
+from going_modular.data.network import OFFLINE, is_offline
 from going_modular.data.paths import data_dir as default_data_dir
-from going_modular.data.network import is_offline
 
 __all__ = ["RECORD", "DownloadError", "download_data"]
 
@@ -397,7 +402,7 @@ def download_data(
     directory before anything is extracted.
 
     Raises:
-        DownloadError: offline (``BOOK_OFFLINE=1``), a bad URL or argument, a bad HTTP
+        DownloadError: offline (:func:`~going_modular.data.network.set_offline`), a bad URL or argument, a bad HTTP
             status, a network error, a missed deadline, an interrupted transfer, a web
             page instead of the file, a wrong checksum, an unsafe, corrupt or too large
             archive, or a folder that cannot be written. In every case nothing is left in
@@ -437,8 +442,8 @@ def download_data(
         if is_offline():
             raise _fail(
                 source,
-                "BOOK_OFFLINE=1 forbids network access",
-                "Unset it to download.",
+                f"the library is {OFFLINE}, which forbids network access",
+                "Call set_offline(False), or unset BOOK_OFFLINE for the book, to download.",
             )
         with (
             temporary_folder(root, destination) as workdir,
