@@ -1,5 +1,6 @@
 """Turn datasets into PyTorch DataLoaders: an ImageFolder on disk, with clear errors, and the
-one loader builder the package uses (:func:`train_test_loaders`).
+one loader builder the package uses (:func:`train_test_loaders`, from
+:mod:`going_modular.data.loaders`, re-exported here).
 
 Images are read as they are: 16-bit and float images are scaled to 8 bits by the range of
 their format, class folders are walked without counting a folder twice (a symbolic link
@@ -15,10 +16,11 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import numpy as np
-import torch
 from PIL import Image
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader
 from torchvision import datasets, transforms
+
+from going_modular.data.loaders import default_num_workers, train_test_loaders
 
 __all__ = [
     "ImageDecodeError",
@@ -33,47 +35,6 @@ __all__ = [
     "verify_images",
     "walk_through_dir",
 ]
-
-
-def default_num_workers() -> int:
-    """Worker processes for loading: all cores with a GPU to feed, none on a CPU-only machine."""
-    return (os.cpu_count() or 0) if torch.cuda.is_available() else 0
-
-
-def train_test_loaders(
-    train_data: Dataset,
-    test_data: Dataset,
-    batch_size: int,
-    *,
-    num_workers: int = 0,
-    seed: int | None = None,
-    collate_fn: Callable | None = None,
-    test_batch_size: int | None = None,
-) -> tuple[DataLoader, DataLoader]:
-    """A shuffled training DataLoader and an ordered test DataLoader over two datasets.
-
-    Both pin memory when there is a GPU to copy to and keep their worker processes alive
-    between epochs. The training order follows ``seed`` (torch's global generator when None).
-    ``collate_fn`` makes batches of unequal items (e.g. padded texts); ``test_batch_size``
-    defaults to ``batch_size``.
-    """
-    if batch_size <= 0:
-        raise ValueError(f"batch_size must be a positive integer, got {batch_size}.")
-    if num_workers < 0:
-        raise ValueError(f"num_workers must be 0 or more, got {num_workers}.")
-    options = {
-        "num_workers": num_workers,
-        "pin_memory": torch.cuda.is_available(),
-        "persistent_workers": num_workers > 0,
-        "collate_fn": collate_fn,
-    }
-    generator = None if seed is None else torch.Generator().manual_seed(seed)
-    return (
-        DataLoader(
-            train_data, batch_size, shuffle=True, generator=generator, **options
-        ),
-        DataLoader(test_data, test_batch_size or batch_size, shuffle=False, **options),
-    )
 
 
 class ImageDecodeError(ValueError):

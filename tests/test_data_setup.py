@@ -249,7 +249,7 @@ def test_train_test_loaders_seed_collate_and_test_batch_size():
     ("batch_size", "num_workers", "message"),
     [
         (0, 0, "batch_size must be a positive integer, got 0"),
-        (2, -1, "num_workers must be 0 or more, got -1"),
+        (2, -1, "num_workers must be an integer >= 0, got -1"),
     ],
 )
 def test_bad_loader_arguments_are_named(tmp_path, batch_size, num_workers, message):

@@ -31,7 +31,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from going_modular.data_setup import train_test_loaders
+from going_modular.data.loaders import train_test_loaders
 
 __all__ = [
     "PAD",

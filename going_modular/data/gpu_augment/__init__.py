@@ -7,8 +7,8 @@ once, with its random parameters drawn per sample. Images are float in [0, 255] 
 and rounded after each operation, as PIL keeps them in uint8.
 
 * :class:`BatchAugment` chains the steps, then normalises and erases;
-  :func:`recipe_augment` builds the chain of a
-  :class:`~going_modular.cct_recipes.CCTRecipe` from the crops
+  :func:`recipe_augment` builds the chain of a recipe (:class:`AugmentRecipe`, such as a
+  :class:`~going_modular.training.cct_recipes.CCTRecipe`) from the crops
   (:mod:`~going_modular.gpu_augment_crops`) and the policies
   (:mod:`~going_modular.gpu_augment_policies`, built on the operations of
   :mod:`~going_modular.gpu_augment_ops`);
@@ -24,15 +24,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator, Sequence
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
 from torch.utils.data import Dataset, TensorDataset
 
-if TYPE_CHECKING:
-    from going_modular.training.cct_recipes import CCTRecipe
-
+from going_modular.data.checks import check_sizes
 from going_modular.data.gpu_augment.crops import (
     random_erasing,
     random_hflip,
@@ -42,6 +40,7 @@ from going_modular.data.gpu_augment.crops import (
 from going_modular.data.gpu_augment.policies import AutoAugment, RandAugment
 
 __all__ = [
+    "AugmentRecipe",
     "BatchAugment",
     "DeviceLoader",
     "Step",
@@ -52,6 +51,19 @@ __all__ = [
 
 #: One step of a :class:`BatchAugment`: float images (n, C, H, W) in [0, 255] -> the same.
 Step = Callable[[torch.Tensor], torch.Tensor]
+
+
+class AugmentRecipe(Protocol):
+    """What the device-side augmentation reads of a recipe (a
+    :class:`~going_modular.training.cct_recipes.CCTRecipe` has these fields): the data
+    layer names the fields it needs instead of importing the training layer."""
+
+    policy: str | None  # "autoaugment", "randaugment" or None
+    crop: str | None  # "pad", "resized" or None
+    hflip: bool
+    random_erasing: float
+    mixup_alpha: float
+    cutmix_alpha: float
 
 
 class BatchAugment:
@@ -96,7 +108,7 @@ class BatchAugment:
 
 
 def recipe_augment(
-    recipe: CCTRecipe,
+    recipe: AugmentRecipe,
     mean: Sequence[float],
     std: Sequence[float],
 ) -> BatchAugment:
@@ -182,10 +194,7 @@ class DeviceLoader:
                 f"Need as many labels as images, and at least one: got {len(images)} "
                 f"images and {len(labels)} labels."
             )
-        if batch_size <= 0 or passes <= 0:
-            raise ValueError(
-                f"batch_size and passes must be positive, got {batch_size} and {passes}."
-            )
+        check_sizes(batch_size=batch_size, passes=passes)
         device = device or images.device
         self.images, self.labels = images.to(device), labels.to(device)
         self.batch_size, self.augment = batch_size, augment
@@ -227,7 +236,7 @@ class DeviceLoader:
 def recipe_loaders(
     train_data: Dataset,
     test_data: Dataset,
-    recipe: CCTRecipe,
+    recipe: AugmentRecipe,
     img_size: int,
     batch_size: int,
     device: torch.device | str,
