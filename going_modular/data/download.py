@@ -220,19 +220,24 @@ class _Limits:
     allow_private: bool
 
 
-class _Stall:
-    """Watches a transfer's speed in windows of ``speed_time`` seconds."""
+class _Transfer:
+    """The bytes received so far, and the stall rule watched in windows of
+    ``speed_time`` seconds."""
 
     def __init__(self, limits: _Limits):
-        self.limits, self.start, self.received = limits, time.monotonic(), 0
+        self.limits, self.received = limits, 0
+        self.window_start, self.window_received = time.monotonic(), 0
 
-    def stalled(self, received: int) -> bool:
-        """Whether the last window, now over, averaged under ``min_speed``."""
+    def add(self, n: int) -> bool:
+        """Count ``n`` more bytes; True when the last window, now over, averaged under
+        ``min_speed``."""
+        self.received += n
         now = time.monotonic()
-        if now - self.start < self.limits.speed_time:
+        if now - self.window_start < self.limits.speed_time:
             return False
-        slow = received - self.received < self.limits.min_speed * (now - self.start)
-        self.start, self.received = now, received
+        got = self.received - self.window_received
+        slow = got < self.limits.min_speed * (now - self.window_start)
+        self.window_start, self.window_received = now, self.received
         return slow
 
 
@@ -264,76 +269,92 @@ def _fetch(
     """Stream ``url`` into ``target``, checking the status, the announced length, the
     ``max_size``, the ``deadline`` (seconds for the whole transfer) and the stall rule."""
     end = time.monotonic() + limits.deadline
-    expected, received = None, 0
-    stall = _Stall(limits)
+    transfer, expected = _Transfer(limits), None
     try:
         opener = _opener(end, url, limits.allow_private)
-        with opener.open(
-            _request(url, authorization), timeout=limits.timeout
-        ) as response:
-            status = getattr(response, "status", 200)
-            if status != 200:
-                raise _fail(
-                    url, f"HTTP status {status}", "Check the URL and try again later."
-                )
-            expected = response.headers.get("Content-Length")
-            expected = int(expected) if expected is not None else None
-            if expected is not None and expected > max_size:
-                raise _too_large(
-                    url, f"the server announces {_size(expected)}", max_size
-                )
-            with (
-                open(target, "wb") as f,
-                tqdm(
-                    total=expected, unit="B", unit_scale=True, desc=target.name[:30]
-                ) as bar,
-            ):
-                while chunk := response.read1(_CHUNK):
-                    received += len(chunk)
-                    if stall.stalled(received):
-                        raise _stalled(url, limits, received)
-                    if received > max_size:
-                        raise _too_large(
-                            url, f"it sends more than {_size(max_size)}", max_size
-                        )
-                    f.write(chunk)
-                    bar.update(len(chunk))
-    except urllib.error.HTTPError as e:
-        raise _fail(url, f"HTTP status {e.code} ({e.reason})", "Check the URL.") from e
-    except ValueError as e:  # urllib's "unknown url type", a malformed address
-        raise _fail(
-            url, f"this is not a URL ({e})", "Pass an http(s):// address."
-        ) from e
-    except (http.client.HTTPException, OSError) as e:
-        if isinstance(e, OSError) and (
-            e.filename is not None or e.errno in _DISK_ERRNOS
-        ):
+        request = _request(url, authorization)
+        with opener.open(request, timeout=limits.timeout) as response:
+            expected = _expected_length(url, response, max_size)
+            _stream(url, response, target, transfer, expected, max_size)
+    except (http.client.HTTPException, OSError, ValueError) as e:
+        error = _transfer_error(url, e, limits, transfer.received, end)
+        if error is None:
             raise  # the disk, not the network
-        if time.monotonic() >= end:
-            raise _fail(
-                url,
-                f"it did not finish within its deadline of {limits.deadline:g} s "
-                f"({_size(received)} received)",
-                "The server is too slow or stalled; try again later, or pass a longer "
-                "deadline=.",
-            ) from e
-        if isinstance(e, http.client.HTTPException):  # IncompleteRead, a bad response
-            raise _fail(
-                url,
-                f"the connection broke off mid-transfer ({type(e).__name__})",
-                "The download was interrupted; run it again.",
-            ) from e
+        raise error from e
+    if expected is not None and transfer.received != expected:
         raise _fail(
             url,
-            f"network error ({getattr(e, 'reason', e)})",
-            "Check your connection and retry.",
-        ) from e
-    if expected is not None and received != expected:
-        raise _fail(
-            url,
-            f"the connection closed after {received} of {expected} bytes",
+            f"the connection closed after {transfer.received} of {expected} bytes",
             "The download was interrupted; run it again.",
         )
+
+
+def _expected_length(url: str, response, max_size: int) -> int | None:
+    """The response's announced length (None without one), after checking its status
+    and that the length fits ``max_size``."""
+    status = getattr(response, "status", 200)
+    if status != 200:
+        raise _fail(url, f"HTTP status {status}", "Check the URL and try again later.")
+    expected = response.headers.get("Content-Length")
+    expected = int(expected) if expected is not None else None
+    if expected is not None and expected > max_size:
+        raise _too_large(url, f"the server announces {_size(expected)}", max_size)
+    return expected
+
+
+def _stream(
+    url: str,
+    response,
+    target: Path,
+    transfer: _Transfer,
+    expected: int | None,
+    max_size: int,
+) -> None:
+    """Copy the response's body into ``target`` with a progress bar, stopping at a stall
+    or past ``max_size``."""
+    with (
+        open(target, "wb") as f,
+        tqdm(total=expected, unit="B", unit_scale=True, desc=target.name[:30]) as bar,
+    ):
+        while chunk := response.read1(_CHUNK):
+            if transfer.add(len(chunk)):
+                raise _stalled(url, transfer.limits, transfer.received)
+            if transfer.received > max_size:
+                raise _too_large(url, f"it sends more than {_size(max_size)}", max_size)
+            f.write(chunk)
+            bar.update(len(chunk))
+
+
+def _transfer_error(
+    url: str, e: Exception, limits: _Limits, received: int, end: float
+) -> DownloadError | None:
+    """The DownloadError that explains ``e``, raised while fetching ``url``; None for an
+    error of the disk, which is raised as it is."""
+    if isinstance(e, urllib.error.HTTPError):
+        return _fail(url, f"HTTP status {e.code} ({e.reason})", "Check the URL.")
+    if isinstance(e, ValueError):  # urllib's "unknown url type", a malformed address
+        return _fail(url, f"this is not a URL ({e})", "Pass an http(s):// address.")
+    if isinstance(e, OSError) and (e.filename is not None or e.errno in _DISK_ERRNOS):
+        return None
+    if time.monotonic() >= end:
+        return _fail(
+            url,
+            f"it did not finish within its deadline of {limits.deadline:g} s "
+            f"({_size(received)} received)",
+            "The server is too slow or stalled; try again later, or pass a longer "
+            "deadline=.",
+        )
+    if isinstance(e, http.client.HTTPException):  # IncompleteRead, a bad response
+        return _fail(
+            url,
+            f"the connection broke off mid-transfer ({type(e).__name__})",
+            "The download was interrupted; run it again.",
+        )
+    return _fail(
+        url,
+        f"network error ({getattr(e, 'reason', e)})",
+        "Check your connection and retry.",
+    )
 
 
 def _size(n: int) -> str:
@@ -592,36 +613,17 @@ def download_data(
     )
     limits = _Limits(timeout, deadline, min_speed, speed_time, allow_private_redirects)
     root = Path(data_dir) if data_dir is not None else default_data_dir()
-    folder = root / destination
     try:
-        if root.is_dir():
-            remove_stale_temporaries(root, destination)
-        if folder.is_dir() and any(folder.iterdir()):
-            if sha256 is not None:
-                _verify_existing(folder, url, sha256)
-            print(f"[INFO] {folder} already exists, skipping download.")
-            return folder
-        if is_offline():
-            raise _fail(
-                url,
-                f"the library is {OFFLINE}, which forbids network access",
-                "Call set_offline(False), or unset BOOK_OFFLINE for the book, to download.",
-            )
-        with (
-            temporary_folder(root, destination) as workdir,
-            atomic_folder(folder) as staged,
-        ):
-            archive = _download_into(
-                (url, authorization),
-                workdir,
-                staged,
-                sha256,
-                limits,
-                max_size,
-                max_ratio,
-            )
-            if not remove_source and archive.suffix == ".zip":
-                os.replace(archive, root / archive.name)
+        folder = _download_folder(
+            (url, authorization),
+            root,
+            destination,
+            sha256,
+            limits,
+            max_size,
+            max_ratio,
+            remove_source,
+        )
     except OSError as e:
         raise _fail(
             url,
@@ -629,6 +631,44 @@ def download_data(
             "Check that the folder is writable and the disk has free space, or pass "
             "data_dir= to download elsewhere.",
         ) from e
+    return folder
+
+
+def _download_folder(
+    source: tuple[str, str | None],
+    root: Path,
+    destination: str,
+    sha256: str | None,
+    limits: _Limits,
+    max_size: int,
+    max_ratio: float,
+    remove_source: bool,
+) -> Path:
+    """``root/destination``: checked if it is there already, else downloaded into place
+    (see :func:`download_data`)."""
+    url, folder = source[0], root / destination
+    if root.is_dir():
+        remove_stale_temporaries(root, destination)
+    if folder.is_dir() and any(folder.iterdir()):
+        if sha256 is not None:
+            _verify_existing(folder, url, sha256)
+        print(f"[INFO] {folder} already exists, skipping download.")
+        return folder
+    if is_offline():
+        raise _fail(
+            url,
+            f"the library is {OFFLINE}, which forbids network access",
+            "Call set_offline(False), or unset BOOK_OFFLINE for the book, to download.",
+        )
+    with (
+        temporary_folder(root, destination) as workdir,
+        atomic_folder(folder) as staged,
+    ):
+        archive = _download_into(
+            source, workdir, staged, sha256, limits, max_size, max_ratio
+        )
+        if not remove_source and archive.suffix == ".zip":
+            os.replace(archive, root / archive.name)
     print(f"[INFO] Ready: {folder}")
     return folder
 
