@@ -29,6 +29,8 @@ from timm.data.random_erasing import RandomErasing
 from torch.utils.data import Dataset
 from torchvision.transforms import v2
 
+from going_modular.data.checks import check_range
+
 __all__ = [
     "CIFAR10_MEAN",
     "CIFAR10_STD",
@@ -218,10 +220,8 @@ class MixUpCutMix:
             raise ValueError(
                 "Need mixup_alpha > 0 or cutmix_alpha > 0 (or no batch transform)."
             )
-        if not 0.0 <= prob <= 1.0 or not 0.0 <= switch_prob <= 1.0:
-            raise ValueError(
-                f"prob and switch_prob must be in [0, 1], got {prob}, {switch_prob}."
-            )
+        check_range("prob", prob, 0, 1)
+        check_range("switch_prob", switch_prob, 0, 1)
         self.num_classes, self.prob = num_classes, prob
         self.stop_after_steps = stop_after_steps
         self.mix = Mixup(

@@ -12,7 +12,13 @@ from __future__ import annotations
 import math
 from numbers import Integral, Real
 
-__all__ = ["check_non_negative", "check_positive", "check_rates", "check_sizes"]
+__all__ = [
+    "check_non_negative",
+    "check_positive",
+    "check_range",
+    "check_rates",
+    "check_sizes",
+]
 
 
 def check_sizes(minimum: int = 1, **values: object) -> None:
@@ -58,3 +64,27 @@ def check_rates(**values: object) -> None:
                 f"{name} must be at least 0 and below 1 (a probability of dropping), "
                 f"got {value!r}."
             )
+
+
+def check_range(
+    name: str,
+    value: object,
+    low: float,
+    high: float,
+    *,
+    low_open: bool = False,
+    high_open: bool = False,
+) -> None:
+    """Raise ValueError naming ``name`` unless ``value`` is a finite number in the interval
+    from ``low`` to ``high`` (closed unless ``low_open``/``high_open``)."""
+    inside = _is_real(value) and (
+        (low < value if low_open else low <= value)
+        and (value < high if high_open else value <= high)
+    )
+    if not inside:
+        interval = (
+            f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+        )
+        raise ValueError(
+            f"{name} must be a finite number in {interval}, got {value!r}."
+        )
