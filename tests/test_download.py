@@ -451,6 +451,10 @@ def test_credentials_in_the_url_are_sent_but_never_shown(
     assert f"{server}/secret.zip" in shown.out + str(info.value)
     for secret in (PASSWORD, "p%40ss", "wrong", USER):
         assert secret not in shown.out + shown.err + str(info.value)
+    with pytest.raises(
+        DownloadError, match=r"^Could not download ftp://host/x\.zip: only"
+    ):
+        download_data("ftp://user:secret@host/x.zip", "x", data_dir=tmp_path)
 
 
 @pytest.mark.parametrize("destination", ["..", "a\0b", "a/b", "."])

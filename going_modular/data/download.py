@@ -21,6 +21,7 @@ import io
 import ipaddress
 import math
 import os
+import re
 import shutil
 import socket
 import time
@@ -64,8 +65,14 @@ class DownloadError(RuntimeError):
     """A download or its verification failed; the message says what to do."""
 
 
+# A URL's ``user:password@`` part, after its scheme if it has one.
+_USERINFO = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*://)?[^/@\s]+@")
+
+
 def _fail(url: str, cause: str, todo: str) -> DownloadError:
-    return DownloadError(f"Could not download {url}: {cause}. {todo}")
+    """The error for ``url`` (shown without a password), its cause and what to do."""
+    shown = _USERINFO.sub(r"\1", url)
+    return DownloadError(f"Could not download {shown}: {cause}. {todo}")
 
 
 class _DeadlineReader(io.RawIOBase):
