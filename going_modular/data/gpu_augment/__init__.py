@@ -166,7 +166,7 @@ class DeviceLoader:
     host-to-device copies, augmentation batched by ``augment`` (a :class:`BatchAugment`).
     ``augment`` runs on ``chunk`` images at a time (a multiple of ``batch_size``; by default
     about 8 MiB of float images), which spreads its fixed cost per call over more images.
-    ``drop_last`` drops a last, smaller batch (MixUp/CutMix need even batches). ``passes``
+    ``drop_last`` drops a last, smaller batch. ``passes``
     makes one iteration (one epoch of the engine) that many shuffled passes over the images,
     for small datasets trained many times over without a test after every pass.
     """
@@ -246,7 +246,8 @@ def recipe_loaders(
     """Training and test :class:`DeviceLoader` for a recipe: the images of ``train_data`` and
     ``test_data`` (no transform; ``.targets`` labels) as uint8 tensors on ``device``, the
     training batches augmented by :func:`recipe_augment`, the test batches only normalised.
-    A recipe that mixes gets even batches only (``drop_last``), as timm's MixUp needs."""
+    A recipe that mixes gets full batches only (``drop_last``, as timm's training script
+    does with MixUp), so every mixed batch has the recipe's batch size."""
     mixes = recipe.mixup_alpha > 0 or recipe.cutmix_alpha > 0
     train = DeviceLoader(
         to_uint8_images(train_data, img_size),
