@@ -22,12 +22,14 @@ book -> top level and CLI -> training -> data, models.
 ``data``: where images and text come from
     ``data.paths``          where the project and its ``data/`` folder are
     ``data.files``          atomic writes and folders: a file is whole or absent
+    ``data.checks``         the package's one set of argument checks (every layer uses them)
     ``data.network``        whether the network may be used; test fixtures announced
     ``data.download``       safe downloads: checked status, time limits, SHA-256, unpacking
     ``data.datasets``       image datasets: the real data online, a labelled stand-in offline
     ``data.text_datasets``  AG News, TREC and GloVe online, the docstring stand-in offline
     ``data.standins``       the offline stand-ins, made from data that packages ship
     ``data.text_data``      tokenizer, vocabulary, padded batches with masks
+    ``data.loaders``        the one DataLoader builder: shuffled train, ordered test
     ``data.augment``        the CCT recipes' per-image transforms, MixUp/CutMix
     ``data.gpu_augment``    the recipes' augmentation on whole batches on the device:
     ``data.gpu_augment.ops``, ``data.gpu_augment.policies`` (RandAugment, AutoAugment)

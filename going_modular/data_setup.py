@@ -1,9 +1,12 @@
 """Turn datasets into PyTorch DataLoaders: an ImageFolder on disk, with clear errors, and the
-one loader builder the package uses (:func:`train_test_loaders`).
+one loader builder the package uses (:func:`train_test_loaders`, from
+:mod:`going_modular.data.loaders`, re-exported here).
 
-Images are read as they are: 16-bit and float images are scaled to 8 bits by the range of
-their format, class folders are walked without counting a folder twice (a symbolic link
-loop is refused), and :func:`verify_images` opens every image once before training, so a
+Images are read as they are: upright as their EXIF orientation says, 16-bit and float
+images scaled to 8 bits by the range of their data, class folders walked without counting
+a folder twice (a symbolic link loop is refused) or opening what is not a regular file (a
+FIFO named ``x.png`` is skipped with a warning), one file under two classes or in both
+splits refused, and :func:`verify_images` opens every image once before training, so a
 corrupt file or a decompression bomb is named before the first epoch, not in the middle
 of one.
 """
@@ -11,14 +14,17 @@ of one.
 from __future__ import annotations
 
 import os
+import stat
+import warnings
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import numpy as np
-import torch
-from PIL import Image
-from torch.utils.data import DataLoader, Dataset
+from PIL import Image, ImageOps
+from torch.utils.data import DataLoader
 from torchvision import datasets, transforms
+
+from going_modular.data.loaders import default_num_workers, train_test_loaders
 
 __all__ = [
     "ImageDecodeError",
@@ -35,78 +41,69 @@ __all__ = [
 ]
 
 
-def default_num_workers() -> int:
-    """Worker processes for loading: all cores with a GPU to feed, none on a CPU-only machine."""
-    return (os.cpu_count() or 0) if torch.cuda.is_available() else 0
-
-
-def train_test_loaders(
-    train_data: Dataset,
-    test_data: Dataset,
-    batch_size: int,
-    *,
-    num_workers: int = 0,
-    seed: int | None = None,
-    collate_fn: Callable | None = None,
-    test_batch_size: int | None = None,
-) -> tuple[DataLoader, DataLoader]:
-    """A shuffled training DataLoader and an ordered test DataLoader over two datasets.
-
-    Both pin memory when there is a GPU to copy to and keep their worker processes alive
-    between epochs. The training order follows ``seed`` (torch's global generator when None).
-    ``collate_fn`` makes batches of unequal items (e.g. padded texts); ``test_batch_size``
-    defaults to ``batch_size``.
-    """
-    if batch_size <= 0:
-        raise ValueError(f"batch_size must be a positive integer, got {batch_size}.")
-    if num_workers < 0:
-        raise ValueError(f"num_workers must be 0 or more, got {num_workers}.")
-    options = {
-        "num_workers": num_workers,
-        "pin_memory": torch.cuda.is_available(),
-        "persistent_workers": num_workers > 0,
-        "collate_fn": collate_fn,
-    }
-    generator = None if seed is None else torch.Generator().manual_seed(seed)
-    return (
-        DataLoader(
-            train_data, batch_size, shuffle=True, generator=generator, **options
-        ),
-        DataLoader(test_data, test_batch_size or batch_size, shuffle=False, **options),
-    )
-
-
 class ImageDecodeError(ValueError):
     """An image file that cannot be decoded; the message names it and what to do."""
 
 
-def _to_8_bits(image: Image.Image) -> Image.Image:
+# TIFF tags that state the largest sample value (MaxSampleValue, SMaxSampleValue).
+_STATED_MAXIMUM = (281, 341)
+
+
+def _stated_maximum(image: Image.Image) -> float | None:
+    """The largest sample value a TIFF file states, if it states one."""
+    tags = getattr(image, "tag_v2", {})
+    stated = next((tags[t] for t in _STATED_MAXIMUM if t in tags), None)
+    return (
+        float(max(stated) if isinstance(stated, tuple) else stated) if stated else None
+    )
+
+
+def _value_range(
+    image: Image.Image, finite: np.ndarray, stated: float | None
+) -> tuple[float, float]:
+    """The range that maps to 0-255: 0.0-1.0 for floats; for integers the ``stated``
+    maximum, else 0-255 when every value fits 8 bits (8-bit data in a 16-bit PNG or an
+    int32 TIFF), else 0-65535; the data's own minimum and maximum when they fall outside."""
+    if image.mode == "F":
+        low, high = 0.0, 1.0
+    elif stated is not None and stated > 0:
+        low, high = 0.0, stated
+    else:
+        low, high = 0.0, 255.0 if finite.size and finite.max() <= 255 else 65535.0
+    if finite.size and (finite.min() < low or finite.max() > high):
+        low, high = float(finite.min()), float(finite.max())
+    return low, high
+
+
+def _to_8_bits(image: Image.Image, stated: float | None = None) -> Image.Image:
     """A 16-bit (``I;16``, ``I``) or float (``F``) image as 8-bit greyscale ("L").
 
-    Values are scaled by their format's range, 0-65535 or 0.0-1.0 (so a 16-bit ramp stays a
-    ramp and a float 0.5 is mid-grey), or by the image's own minimum and maximum when they
-    fall outside it (float depth maps, signed data). Other modes are returned unchanged.
+    Values are scaled by their range (:func:`_value_range`; ``stated``: the file's largest
+    sample value, if it says): a 16-bit ramp stays a ramp, a
+    float 0.5 is mid-grey, 8-bit values in a 16-bit file keep their grey levels instead of
+    turning black, a depth map is stretched over its own range. Other modes are returned
+    unchanged.
     """
     if image.mode not in ("I", "F") and not image.mode.startswith("I;16"):
         return image
     values = np.asarray(image, dtype=np.float64)
     finite = values[np.isfinite(values)]
-    low, high = (0.0, 1.0) if image.mode == "F" else (0.0, 65535.0)
-    if finite.size and (finite.min() < low or finite.max() > high):
-        low, high = float(finite.min()), float(finite.max())
+    low, high = _value_range(image, finite, stated)
     scaled = (values - low) / (high - low) if high > low else np.zeros_like(values)
     scaled = np.nan_to_num(scaled, nan=0.0).clip(0.0, 1.0)
     return Image.fromarray(np.round(scaled * 255).astype(np.uint8), mode="L")
 
 
 def load_rgb(path: str | Path) -> Image.Image:
-    """Open an image as RGB (16-bit and float ones scaled to 8 bits by their range), or
-    raise an error that names the file and what to do."""
+    """Open an image as RGB, upright as its EXIF orientation says (as a photo viewer shows
+    it), 16-bit and float ones scaled to 8 bits by their range; or raise an error that
+    names the file and what to do. Only regular files are opened (never a FIFO)."""
     if not Path(path).is_file():
         raise FileNotFoundError(f"No image file at {path}. Check the path.")
     try:
         with Image.open(path) as image:
-            return _to_8_bits(image).convert("RGB")
+            upright = ImageOps.exif_transpose(image)  # a copy, without the TIFF tags
+            return _to_8_bits(upright, _stated_maximum(image)).convert("RGB")
     except Exception as error:  # Pillow raises OSError, SyntaxError, ValueError, ...
         raise ImageDecodeError(
             f"Cannot decode image {path}: {_describe(error)}. Delete or replace this file "
@@ -250,7 +247,7 @@ class VisibleImageFolder(datasets.ImageFolder):
     ) -> list[tuple[str, int]]:
         """torchvision's samples, in its order, walked by :func:`_walk_once`; an empty
         class folder is reported with its split and path."""
-        samples, empty, seen = [], [], {}
+        samples, empty, seen, odd = [], [], {}, []
         for name in sorted(class_to_idx):
             class_dir = os.path.join(directory, name)
             found = [
@@ -259,6 +256,9 @@ class VisibleImageFolder(datasets.ImageFolder):
                 for filename in sorted(filenames)
                 if is_valid_file(path := os.path.join(dirpath, filename))
             ]
+            regular = {path: _is_regular_file(path) for path in found}
+            odd += [path for path, ok in regular.items() if not ok]
+            found = [path for path, ok in regular.items() if ok]
             if not found:
                 empty.append(class_dir)
             samples += [(path, class_to_idx[name]) for path in found]
@@ -272,7 +272,94 @@ class VisibleImageFolder(datasets.ImageFolder):
                 f"ending in {', '.join(datasets.folder.IMG_EXTENSIONS)}). Add images, or "
                 "remove the class from both train/ and test/."
             )
+        if odd:
+            warnings.warn(
+                _listing(
+                    f"Skipped {len(odd)} entries named like images that "
+                    "are not regular files (a FIFO, socket, device or broken link)",
+                    odd,
+                ),
+                stacklevel=2,
+            )
+        _check_one_label_per_file(samples, self.split)
         return samples
+
+
+def _is_regular_file(path: str) -> bool:
+    """Whether ``path`` is, or links to, a regular file: never opens it (a FIFO's
+    ``open`` would wait for a writer forever)."""
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:  # a broken link
+        return False
+
+
+def _listing(what: str, lines: list[str], most: int = 10) -> str:
+    """``what``, then up to ``most`` of ``lines`` indented, and how many more."""
+    more = f"\n  ... and {len(lines) - most} more" if len(lines) > most else ""
+    return f"{what}:\n  " + "\n  ".join(lines[:most]) + more
+
+
+def _file_ids(
+    samples: list[tuple[str, int]],
+) -> dict[tuple[int, int], list[tuple[str, int]]]:
+    """The samples grouped by the file they are (device and inode: a symbolic or hard
+    link is the same file as its target)."""
+    groups: dict[tuple[int, int], list[tuple[str, int]]] = {}
+    for path, label in samples:
+        status = os.stat(path)
+        groups.setdefault((status.st_dev, status.st_ino), []).append((path, label))
+    return groups
+
+
+def _check_one_label_per_file(
+    samples: list[tuple[str, int]], split: str | None
+) -> None:
+    """Refuse one file under two labels (a link in another class folder); warn about one
+    file counted twice under the same label."""
+    repeated = [group for group in _file_ids(samples).values() if len(group) > 1]
+    clashes = [g for g in repeated if len({label for _, label in g}) > 1]
+    where = f" in the {split} split" if split else ""
+    if clashes:
+        raise ValueError(
+            _listing(
+                f"{len(clashes)} file(s){where} sit under two classes at once (links to "
+                "one file), so their label is ambiguous. Remove the links or copy the "
+                "files into one class",
+                [" = ".join(path for path, _ in group) for group in clashes],
+            )
+        )
+    if repeated:
+        warnings.warn(
+            _listing(
+                f"{len(repeated)} file(s){where} are counted more than once (links to "
+                "one file in the same class)",
+                [" = ".join(path for path, _ in group) for group in repeated],
+            ),
+            stacklevel=3,
+        )
+
+
+def _check_test_apart(
+    train: list[tuple[str, int]], test: list[tuple[str, int]]
+) -> None:
+    """Refuse test images that are training images too (the same file, through a link or
+    a test folder inside the training folder): the test score would be inflated."""
+    train_ids = _file_ids(train)
+    shared = [
+        f"{path} = {train_ids[key][0][0]}"
+        for key, group in _file_ids(test).items()
+        if key in train_ids
+        for path, _ in group
+    ]
+    if shared:
+        raise ValueError(
+            _listing(
+                f"{len(shared)} test image(s) are also training images (the same file), "
+                "which would inflate the test score. Keep the test images apart",
+                shared,
+            )
+        )
 
 
 def image_splits(
@@ -285,7 +372,8 @@ def image_splits(
 ) -> tuple[VisibleImageFolder, VisibleImageFolder]:
     """The train and test :class:`VisibleImageFolder` datasets, checked before any training.
 
-    Both folders must hold the same class subfolders, at least two, none of them empty;
+    Both folders must hold the same class subfolders, at least two, none of them empty; no
+    file may be under two classes or in both splits (links count as the same file);
     with ``check_images`` every image of both splits is opened once (:func:`verify_images`).
     Raises FileNotFoundError, ValueError or :class:`ImageDecodeError` naming the folder or
     the files and what to do.
@@ -306,6 +394,7 @@ def image_splits(
     test_data = VisibleImageFolder(
         test_dir, transform=test_transform or transform, split="test"
     )
+    _check_test_apart(train_data.samples, test_data.samples)
     if check_images:
         verify_images(path for path, _ in train_data.samples + test_data.samples)
     return train_data, test_data

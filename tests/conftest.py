@@ -8,10 +8,30 @@ import torch
 
 @pytest.fixture(autouse=True)
 def offline_and_isolated(monkeypatch, tmp_path):
-    """BOOK_OFFLINE=1 and a fresh BOOK_DATA_DIR, unless a test changes them."""
+    """The library offline and without test fixtures (its own switches, and BOOK_OFFLINE=1
+    for the book and any subprocess) and a fresh BOOK_DATA_DIR, unless a test changes
+    them; the switches are restored afterwards."""
+    from going_modular.data import network
+
+    was = network.is_offline(), network.uses_fixtures()
+    network.set_offline(True)
+    network.set_fixtures(False)
     monkeypatch.setenv("BOOK_OFFLINE", "1")
     monkeypatch.setenv("BOOK_DATA_DIR", str(tmp_path / "data"))
     torch.manual_seed(0)
+    yield
+    network.set_offline(was[0])
+    network.set_fixtures(was[1])
+
+
+@pytest.fixture
+def online():
+    """The library may use the network in this test (loopback servers only in tests)."""
+    from going_modular.data import network
+
+    network.set_offline(False)
+    yield
+    network.set_offline(True)
 
 
 @pytest.fixture(scope="session")

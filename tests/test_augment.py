@@ -200,8 +200,30 @@ def test_smoothing_is_in_the_targets_and_mixing_can_stop():
     assert torch.equal(Xm, X) and torch.equal(ym, nn.functional.one_hot(y, 10).float())
     with pytest.raises(ValueError, match="mixup_alpha > 0 or cutmix_alpha > 0"):
         MixUpCutMix(10, mixup_alpha=0, cutmix_alpha=0)
-    with pytest.raises(ValueError, match="even batch size"):
-        stopping(X[:7], y[:7])
+    resumed = MixUpCutMix(10, stop_after_steps=2)
+    resumed.load_state_dict(stopping.state_dict())
+    assert resumed.state_dict() == {"steps": 3, "mixup_enabled": False}
+    Xm, ym = resumed(X, y)  # still off after a resume, though its own counter says 0
+    assert torch.equal(Xm, X) and resumed.steps == 4
+
+
+@pytest.mark.parametrize("size", [97, 1])
+def test_an_odd_batch_mixes_its_even_part_and_keeps_the_last_image(size):
+    """A last batch of 97 used to raise "needs an even batch size" after a full epoch."""
+    X, y = torch.randn(size, 3, 8, 8), torch.randint(0, 10, (size,))
+    ours = MixUpCutMix(10, label_smoothing=0.1)
+    timms = Mixup(
+        mixup_alpha=0.8, cutmix_alpha=1.0, label_smoothing=0.1, num_classes=10
+    )
+    Xm, ym = _seeded(lambda b: ours(*b), (X, y), 3)
+    assert Xm.shape == X.shape and ym.shape == (size, 10) and ours.steps == 1
+    assert torch.equal(Xm[-1], X[-1])
+    last = nn.functional.one_hot(y[-1:], 10).float() * 0.9 + 0.01
+    torch.testing.assert_close(ym[-1:], last)
+    if size > 1:
+        even = _seeded(lambda b: timms(b[0].clone(), b[1]), (X[:-1], y[:-1]), 3)
+        torch.testing.assert_close((Xm[:-1], ym[:-1]), even)
+        assert not torch.equal(Xm[:-1], X[:-1])
 
 
 def test_random_flip_batch_flips_some_images_and_keeps_labels():

@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import os
 import struct
+import threading
 import time
 import zlib
 
@@ -119,6 +120,85 @@ def test_a_16_bit_dataset_trains_on_grey_levels_not_white(tmp_path):
     )
     image, _ = train_dl.dataset[index]
     assert image.unique().tolist() == [pytest.approx(64 / 255)]
+
+
+@pytest.mark.parametrize(("dtype", "suffix"), [(np.uint16, "png"), (np.int32, "tif")])
+def test_8_bit_values_in_a_wider_file_keep_their_grey_levels(tmp_path, dtype, suffix):
+    """8-bit data saved as a 16-bit PNG or an int32 TIFF loaded near-black (255 -> 1)."""
+    ramp = np.tile(np.arange(256, dtype=dtype), (2, 1))
+    path = tmp_path / f"ramp.{suffix}"
+    Image.fromarray(ramp).save(path)
+    assert Image.open(path).mode in ("I;16", "I")
+    np.testing.assert_array_equal(np.asarray(load_rgb(path))[0, :, 0], np.arange(256))
+
+
+def test_a_tiffs_stated_maximum_sets_the_range(tmp_path):
+    """12-bit data (MaxSampleValue 4095) spans black to white, not 0 to 16."""
+    path = tmp_path / "twelve.tif"
+    Image.fromarray(np.array([[0, 1365, 4095]], np.int32)).save(
+        path, tiffinfo={281: 4095}
+    )
+    np.testing.assert_array_equal(np.asarray(load_rgb(path))[0, :, 0], [0, 85, 255])
+
+
+def test_the_exif_orientation_is_applied(tmp_path):
+    """A phone's portrait photo (stored landscape, EXIF orientation 6) loaded sideways."""
+    pixels = np.random.default_rng(1).integers(0, 256, (2, 4, 3), dtype=np.uint8)
+    exif = Image.Exif()
+    exif[0x0112] = 6  # rotate 90 degrees clockwise to view
+    Image.fromarray(pixels).save(tmp_path / "phone.png", exif=exif)
+    upright = np.asarray(load_rgb(tmp_path / "phone.png"))
+    assert upright.shape == (4, 2, 3)
+    np.testing.assert_array_equal(upright, np.rot90(pixels, k=-1))
+
+
+# Non-files and one file under two labels ----------------------------------------------------
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
+def test_a_fifo_named_like_an_image_is_skipped_with_a_warning(tmp_path):
+    """A FIFO named pipe.png hung the CLI: opening it waits for a writer forever."""
+    train_dir, test_dir = _two_splits(tmp_path)
+    fifo = train_dir / "shirt" / "pipe.png"
+    os.mkfifo(fifo)
+    result = {}
+
+    def load():
+        with pytest.warns(UserWarning, match=r"not regular files.*\n  .*pipe\.png"):
+            result["loaders"] = _loaders(train_dir, test_dir)
+
+    worker = threading.Thread(target=load, daemon=True)
+    worker.start()
+    worker.join(timeout=20)
+    assert not worker.is_alive(), "opened the FIFO and waits for a writer"
+    samples = [path for path, _ in result["loaders"][0].dataset.samples]
+    assert len(samples) == 6 and str(fifo) not in samples
+
+
+def test_one_file_under_two_classes_is_refused_with_both_paths(tmp_path):
+    train_dir, test_dir = _two_splits(tmp_path)
+    os.symlink(train_dir / "shirt" / "img0.png", train_dir / "shoe" / "also.png")
+    with pytest.raises(
+        ValueError, match=r"under two classes.*\n  .*shirt/img0\.png = .*shoe/also\.png"
+    ):
+        _loaders(train_dir, test_dir)
+
+
+def test_a_test_image_that_is_a_training_image_is_refused(tmp_path):
+    train_dir, test_dir = _two_splits(tmp_path)
+    os.link(train_dir / "shoe" / "img1.png", test_dir / "shoe" / "leak.png")
+    with pytest.raises(
+        ValueError, match=r"also training images.*\n  .*test/shoe/leak\.png = "
+    ):
+        _loaders(train_dir, test_dir)
+
+
+def test_a_file_linked_twice_in_one_class_is_counted_with_a_warning(tmp_path):
+    train_dir, test_dir = _two_splits(tmp_path)
+    os.symlink(train_dir / "shirt" / "img0.png", train_dir / "shirt" / "again.png")
+    with pytest.warns(UserWarning, match="counted more than once"):
+        train_dl, _, _ = _loaders(train_dir, test_dir)
+    assert len(train_dl.dataset) == 7
 
 
 # Decompression bombs and corrupt files, found before the first epoch ---------------------
@@ -249,7 +329,7 @@ def test_train_test_loaders_seed_collate_and_test_batch_size():
     ("batch_size", "num_workers", "message"),
     [
         (0, 0, "batch_size must be a positive integer, got 0"),
-        (2, -1, "num_workers must be 0 or more, got -1"),
+        (2, -1, "num_workers must be an integer >= 0, got -1"),
     ],
 )
 def test_bad_loader_arguments_are_named(tmp_path, batch_size, num_workers, message):

@@ -22,12 +22,13 @@ def test_food_data_offline_uses_stand_in(capsys):
 
 
 def test_food_data_offline_without_fallback_raises():
-    with pytest.raises(DownloadError, match="BOOK_OFFLINE=1 and fallback=False"):
+    with pytest.raises(
+        DownloadError, match=r"set_offline\(True\).* and fallback=False"
+    ):
         datasets.get_food_data(fallback=False)
 
 
-def test_failed_download_falls_back_and_says_why(monkeypatch, capsys):
-    monkeypatch.delenv("BOOK_OFFLINE")
+def test_failed_download_falls_back_and_says_why(monkeypatch, capsys, online):
 
     def failing(url, *args, **kwargs):
         raise DownloadError(f"Could not download {url}: HTTP status 503")
@@ -40,8 +41,7 @@ def test_failed_download_falls_back_and_says_why(monkeypatch, capsys):
         datasets.get_food_data(fallback=False)
 
 
-def test_a_failed_torchvision_download_says_what_to_do(monkeypatch, capsys):
-    monkeypatch.delenv("BOOK_OFFLINE")
+def test_a_failed_torchvision_download_says_what_to_do(monkeypatch, capsys, online):
 
     def unreachable(root, train, transform):
         raise RuntimeError("Error downloading cifar-10-python.tar.gz")

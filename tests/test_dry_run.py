@@ -20,7 +20,7 @@ from nbclient import NotebookClient
 from torchvision.datasets import CIFAR10
 
 from going_modular.book import settings
-from going_modular.data import datasets
+from going_modular.data import datasets, network
 
 BOOK = Path(__file__).resolve().parents[1] / "book"
 CHAPTERS = sorted(BOOK.glob("[0-9][0-9]_*.ipynb"))
@@ -94,8 +94,8 @@ def test_cifar10_fixture_loads_through_torchvision_format(
     make_cifar10(tmp_path, train_per_class=3, test_per_class=2)
     with pytest.raises(RuntimeError, match="corrupted"):  # torchvision checks md5s
         CIFAR10(str(tmp_path), train=True)
-    monkeypatch.setenv("BOOK_OFFLINE", "0")
-    monkeypatch.setenv("BOOK_FIXTURES", "1")
+    network.set_offline(False)  # the autouse fixture restores both switches
+    network.set_fixtures(True)
     train = datasets.get_cifar10(train=True, root=tmp_path, fallback=False)
     test = datasets.get_cifar10(train=False, root=tmp_path, fallback=False)
     assert isinstance(train, datasets.FixtureCIFAR10)
@@ -107,8 +107,8 @@ def test_cifar10_fixture_loads_through_torchvision_format(
 
 def test_food_zip_is_downloaded_from_the_mirror(tmp_path, monkeypatch, capsys):
     make_food_zip(tmp_path / "mirror" / "pizza_steak_sushi.zip", 2, 1)
-    monkeypatch.setenv("BOOK_OFFLINE", "0")
-    monkeypatch.setenv("BOOK_FIXTURES", "1")
+    network.set_offline(False)  # the autouse fixture restores both switches
+    network.set_fixtures(True)
     with serve(tmp_path / "mirror") as url:
         monkeypatch.setenv("BOOK_MIRROR", url + "/")
         food = datasets.get_food_data(fallback=False, root=tmp_path / "data")
@@ -127,8 +127,9 @@ def test_food_zip_is_downloaded_from_the_mirror(tmp_path, monkeypatch, capsys):
 def test_vit_weights_fixture_loads_where_torchvision_looks(dry_run_env, monkeypatch):
     from going_modular.models.pretrained import create_vit_feature_extractor
 
-    for name in ("BOOK_OFFLINE", "BOOK_FIXTURES", "TORCH_HOME"):
-        monkeypatch.setenv(name, dry_run_env[name])
+    network.set_offline(dry_run_env["BOOK_OFFLINE"] == "1")
+    network.set_fixtures(dry_run_env["BOOK_FIXTURES"] == "1")
+    monkeypatch.setenv("TORCH_HOME", dry_run_env["TORCH_HOME"])
     model, _, pretrained = create_vit_feature_extractor(3, "DEFAULT", fallback=False)
     assert pretrained and model.heads.out_features == 3
     assert not model.conv_proj.weight.requires_grad

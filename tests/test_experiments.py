@@ -72,5 +72,5 @@ def test_step_loader_reshuffles_on_each_pass_and_is_reproducible():
 
 def test_step_loader_refuses_a_zero_budget():
     x, y = torch.zeros(3, 1), torch.zeros(3, dtype=torch.long)
-    with pytest.raises(ValueError, match="steps and batch_size must be positive"):
+    with pytest.raises(ValueError, match="steps must be a positive integer, got 0"):
         experiments.step_loader((x, y), batch_size=2, steps=0)

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from going_modular.data import datasets, standins
+from going_modular.data import datasets, network, standins
 from going_modular.data.download import DownloadError
 
 NAMES = tuple(datasets.FASHION_MNIST_SHA256)
@@ -48,7 +48,7 @@ def fresh(tmp_path, monkeypatch):
     monkeypatch.setattr(datasets, "FASHION_MNIST_SHA256", hashes)
     monkeypatch.setenv("BOOK_DATA_DIR", str(tmp_path / "data"))
     monkeypatch.setenv("BOOK_DEBIAN_FASHION_MNIST", str(tmp_path / "no-debian-package"))
-    monkeypatch.setenv("BOOK_OFFLINE", "0")
+    network.set_offline(False)  # the autouse fixture restores it
     monkeypatch.delenv("CI", raising=False)
     calls = []
 
@@ -124,7 +124,7 @@ def test_nothing_works_one_line_saying_what_to_run(fresh):
 def test_offline_never_fetches(fresh, monkeypatch):
     _, calls, works = fresh
     works["apt"] = works["torchvision"] = True
-    monkeypatch.setenv("BOOK_OFFLINE", "1")
+    network.set_offline(True)
     with pytest.raises(DownloadError):
         datasets.prepare_fashion_mnist()
     assert calls == []
@@ -132,7 +132,7 @@ def test_offline_never_fetches(fresh, monkeypatch):
 
 def test_chapters_stop_with_the_same_line_not_a_small_stand_in(fresh, monkeypatch):
     tmp_path, _, _ = fresh
-    monkeypatch.setenv("BOOK_OFFLINE", "1")
+    network.set_offline(True)
     line = datasets.fashion_mnist_missing(tmp_path / "data")
     with pytest.raises(DownloadError) as error:
         datasets.fashion_mnist_tensors(True, pad_to_32=True)
@@ -143,7 +143,7 @@ def test_chapters_stop_with_the_same_line_not_a_small_stand_in(fresh, monkeypatc
 
 
 def test_stand_in_only_when_asked_and_never_under_ci(fresh, monkeypatch, capsys):
-    monkeypatch.setenv("BOOK_OFFLINE", "1")
+    network.set_offline(True)
     dataset = datasets.get_fashion_mnist(train=False, fallback=True)
     assert isinstance(dataset, standins.DigitsMNIST)
     assert "[STAND-IN] Fashion-MNIST" in capsys.readouterr().out
@@ -252,7 +252,6 @@ def test_prepare_command_fails_fast_with_one_line(tmp_path):
         **os.environ,
         "BOOK_DATA_DIR": str(tmp_path / "data"),
         "BOOK_DEBIAN_FASHION_MNIST": str(tmp_path / "absent"),
-        "BOOK_OFFLINE": "1",
     }
     start = time.perf_counter()
     done = subprocess.run(
@@ -262,6 +261,7 @@ def test_prepare_command_fails_fast_with_one_line(tmp_path):
             "going_modular.data.datasets",
             "--prepare",
             "fashion-mnist",
+            "--offline",
         ],
         env=env,
         capture_output=True,

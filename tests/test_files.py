@@ -89,3 +89,23 @@ def test_a_temporary_folder_is_removed_afterwards(tmp_path):
         assert scratch.name.startswith(files.temporary_prefix("apt"))
         (scratch / "package.deb").write_bytes(b"deb")
     assert list((tmp_path / "new").iterdir()) == []
+
+
+def test_another_machines_temporaries_are_kept_for_a_day(tmp_path, dead_pid):
+    """Two computers (or containers) sharing a data volume: a process id of one means
+    nothing on the other, so a download's scratch folder was deleted under it."""
+    me = files.machine_id()
+    other = "0" * 8 if me != "0" * 8 else "1" * 8
+    prefix = ".photos.partial-"
+    theirs = tmp_path / f"{prefix}{dead_pid}@{other}-abcd1234"  # dead here, not there
+    old = tmp_path / f"{prefix}{dead_pid}@{other}-efgh5678"
+    mine = tmp_path / f"{prefix}{dead_pid}@{me}-ijkl9012"
+    for folder in (theirs, old, mine):
+        (folder / "part").mkdir(parents=True)
+    day_ago = os.path.getmtime(old) - 86401
+    for path in (old, old / "part"):
+        os.utime(path, (day_ago, day_ago))
+    assert files.remove_stale_temporaries(tmp_path, "photos") == sorted([old, mine])
+    assert [p.name for p in tmp_path.iterdir()] == [theirs.name]
+    with files.temporary_folder(tmp_path, "x") as scratch:
+        assert scratch.name.startswith(f".x.partial-{os.getpid()}@{me}-")

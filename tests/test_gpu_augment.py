@@ -112,7 +112,7 @@ def test_device_loader_passes_serve_every_image_once_per_pass():
     whole = G.DeviceLoader(images, labels, 16, aug, passes=2)
     counts = torch.bincount(torch.cat([y for _, y in whole]), minlength=70)
     assert len(whole) == 9 and counts.tolist() == [2] * 70
-    with pytest.raises(ValueError, match="passes must be positive"):
+    with pytest.raises(ValueError, match="passes must be a positive integer, got 0"):
         G.DeviceLoader(images, labels, 16, aug, passes=0)
 
 

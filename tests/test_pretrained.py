@@ -11,6 +11,7 @@ import torch
 from PIL import Image
 from torchvision.models import VisionTransformer
 
+from going_modular.data import network
 from going_modular.data.download import DownloadError
 from going_modular.models import build_model, pretrained
 from going_modular.models.pretrained import (
@@ -31,12 +32,13 @@ def _stand_in_lines(text: str) -> list[str]:
 @pytest.fixture(scope="module")
 def offline_extractor():
     """One offline build (with the output it printed), shared: building ViT-B/16 takes ~1 s."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("BOOK_OFFLINE", "1")
-        torch.manual_seed(0)
-        buffer = io.StringIO()
-        with contextlib.redirect_stdout(buffer):
-            result = create_vit_feature_extractor(num_classes=3)
+    was_offline = network.is_offline()
+    network.set_offline(True)
+    torch.manual_seed(0)
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        result = create_vit_feature_extractor(num_classes=3)
+    network.set_offline(was_offline)
     return (*result, buffer.getvalue())
 
 
@@ -84,13 +86,12 @@ def test_transforms_give_the_weights_image_size_offline(weights, size):
 
 def test_fallback_false_offline_raises_download_error_with_url_and_advice():
     with pytest.raises(
-        DownloadError, match=r"https://download\.pytorch\.org/.*BOOK_OFFLINE"
+        DownloadError, match=r"https://download\.pytorch\.org/.*set_offline\(True\)"
     ):
         create_vit_feature_extractor(3, fallback=False)
 
 
-def test_failed_download_falls_back_or_raises(monkeypatch, capsys):
-    monkeypatch.setenv("BOOK_OFFLINE", "0")
+def test_failed_download_falls_back_or_raises(monkeypatch, capsys, online):
     real = pretrained.vit_b_16
 
     def no_network(*, weights=None, **kwargs):

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from going_modular.data import network
 from going_modular.data import text_data as td
 from going_modular.data import text_datasets as tds
 from going_modular.data.download import DownloadError
@@ -23,12 +24,11 @@ def test_getters_fall_back_offline(capsys) -> None:
 
 @pytest.mark.parametrize("getter", [tds.get_ag_news, tds.get_trec])
 def test_no_fallback_offline_raises(getter) -> None:
-    with pytest.raises(DownloadError, match="BOOK_OFFLINE=1"):
+    with pytest.raises(DownloadError, match=r"set_offline\(True\)"):
         getter(fallback=False)
 
 
-def test_failed_download_falls_back_or_raises(monkeypatch, capsys) -> None:
-    monkeypatch.setenv("BOOK_OFFLINE", "0")
+def test_failed_download_falls_back_or_raises(monkeypatch, capsys, online) -> None:
 
     def refuse(source, destination, **kwargs):
         raise DownloadError(f"Could not download {source}: network error (test)")
@@ -65,7 +65,7 @@ def test_readers_parse_the_real_formats(tmp_path, monkeypatch) -> None:
         tds.read_ag_news_jsonl(ag)
 
     # Online with already-downloaded files: the getter reads them (download_data skips).
-    monkeypatch.setenv("BOOK_OFFLINE", "0")
+    network.set_offline(False)  # the autouse fixture restores it
     for split in ("train", "test"):
         folder = tmp_path / "data" / f"ag_news_{split}"
         folder.mkdir(parents=True)
@@ -88,7 +88,7 @@ def test_word_vectors(tmp_path) -> None:
         weights[vocab["cat"]].tolist() == [1.0, 2.0] and weights[td.PAD_ID].eq(0).all()
     )
     assert weights[vocab["emu"]].abs().sum() > 0  # missing word: random, not zero
-    with pytest.raises(DownloadError, match="BOOK_OFFLINE"):
+    with pytest.raises(DownloadError, match=r"set_offline\(True\)"):
         tds.get_glove(vocab, dim=50)
     with pytest.raises(ValueError, match="50, 100, 200 or 300"):
         tds.get_glove(vocab, dim=64)

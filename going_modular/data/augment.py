@@ -24,9 +24,12 @@ from typing import Any
 import torch
 from PIL import Image, ImageOps
 from timm.data import Mixup, RandomResizedCropAndInterpolation, rand_augment_transform
+from timm.data.mixup import mixup_target
 from timm.data.random_erasing import RandomErasing
 from torch.utils.data import Dataset
 from torchvision.transforms import v2
+
+from going_modular.data.checks import check_range
 
 __all__ = [
     "CIFAR10_MEAN",
@@ -197,7 +200,10 @@ class MixUpCutMix:
     Targets are always float (B, num_classes) with ``label_smoothing`` already applied, so train
     with a plain ``nn.CrossEntropyLoss()``. After ``stop_after_steps`` calls mixing stops for
     good and the targets stay smoothed one-hot vectors, as in timm's ``mixup_off_epoch``.
-    Batches must have an even size (timm's rule): use ``drop_last=True`` or an even batch size.
+    timm mixes pairs, so in a batch of odd size (a last, smaller batch) the even part is
+    mixed and the last image is left as it is, with its smoothed one-hot target.
+    :meth:`state_dict` holds the step counter and whether mixing has stopped (the random
+    draws are NumPy's global generator's, which a checkpoint saves with the others).
     """
 
     def __init__(
@@ -214,10 +220,8 @@ class MixUpCutMix:
             raise ValueError(
                 "Need mixup_alpha > 0 or cutmix_alpha > 0 (or no batch transform)."
             )
-        if not 0.0 <= prob <= 1.0 or not 0.0 <= switch_prob <= 1.0:
-            raise ValueError(
-                f"prob and switch_prob must be in [0, 1], got {prob}, {switch_prob}."
-            )
+        check_range("prob", prob, 0, 1)
+        check_range("switch_prob", switch_prob, 0, 1)
         self.num_classes, self.prob = num_classes, prob
         self.stop_after_steps = stop_after_steps
         self.mix = Mixup(
@@ -234,16 +238,30 @@ class MixUpCutMix:
     def __call__(
         self, X: torch.Tensor, y: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        if len(X) % 2:
-            raise ValueError(
-                f"MixUp/CutMix needs an even batch size, got {len(X)}: use an even "
-                "batch_size and drop_last=True in the DataLoader."
-            )
         self.steps += 1
         if self.stop_after_steps is not None and self.steps > self.stop_after_steps:
             self.mix.mixup_enabled = False
-        X, targets = self.mix(X.clone(), y)
-        return X, targets.to(X.dtype)
+        even = len(X) - len(X) % 2
+        if even == len(X):
+            X, targets = self.mix(X.clone(), y)
+            return X, targets.to(X.dtype)
+        last = mixup_target(  # lam=1: the sample's own smoothed one-hot target
+            y[even:], self.num_classes, 1.0, self.mix.label_smoothing
+        )
+        if even == 0:
+            return X.clone(), last.to(X.dtype)
+        mixed, targets = self.mix(X[:even].clone(), y[:even])
+        X = torch.cat([mixed, X[even:]])
+        return X, torch.cat([targets, last]).to(X.dtype)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The step counter and whether mixing is on, for a checkpoint."""
+        return {"steps": self.steps, "mixup_enabled": self.mix.mixup_enabled}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume from :meth:`state_dict`: the steps already taken and the mixing switch."""
+        self.steps = int(state["steps"])
+        self.mix.mixup_enabled = bool(state["mixup_enabled"])
 
     def __repr__(self) -> str:
         m = self.mix

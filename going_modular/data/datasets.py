@@ -1,6 +1,7 @@
 """Dataset getters: the real data when online, an honest offline stand-in otherwise.
 
-Every getter tries the real dataset unless ``BOOK_OFFLINE=1``. If that fails it prints why
+Every getter tries the real dataset unless the library is offline
+(:func:`~going_modular.data.network.set_offline`). If that fails it prints why
 and falls back to the stand-in (see :mod:`going_modular.standins`), saying so in one line,
 unless called with ``fallback=False``, in which case the error is raised; all of them through
 :func:`~going_modular.standins.real_or_stand_in`. Fashion-MNIST,
@@ -9,7 +10,7 @@ local files, Debian's package or a download, and without it the getters raise (t
 stand-in only with ``fallback=True``); ``python -m going_modular.datasets --prepare
 fashion-mnist`` gets it ready beforehand.
 
-With ``BOOK_FIXTURES=1`` (the dry run of ``tests/test_dry_run.py``) the "online" data are
+With fixtures on (:func:`~going_modular.data.network.set_fixtures`; the dry run of ``tests/test_dry_run.py``) the "online" data are
 small local test fixtures in the libraries' own formats, and every getter says so in a
 ``[FIXTURE]`` line; ``BOOK_MIRROR`` points the course's zip downloads at another server.
 """
@@ -30,8 +31,13 @@ from torchvision.datasets import CIFAR10
 from going_modular.data import standins
 from going_modular.data.download import DownloadError, download_data
 from going_modular.data.files import atomic_write, temporary_folder
+from going_modular.data.network import (
+    announce_fixture,
+    is_offline,
+    set_offline,
+    uses_fixtures,
+)
 from going_modular.data.paths import data_dir
-from going_modular.data.network import announce_fixture, is_offline, uses_fixtures
 
 __all__ = [
     "DEBIAN_FASHION_MNIST",
@@ -365,7 +371,7 @@ def prepare_fashion_mnist(root: str | Path | None = None) -> str:
 
     Tries, in order: files already there, ``root/fashion-mnist`` or ``root`` (``root``
     defaults to ``BOOK_DATA_DIR``), Debian's installed package, and unless
-    ``BOOK_OFFLINE=1``: Debian's package downloaded without root (``apt-get download``),
+    offline (:func:`~going_modular.data.network.is_offline`): Debian's package downloaded without root (``apt-get download``),
     then torchvision's download. Every source passes the SHA-256 check. Raises a
     :class:`DownloadError` with :func:`fashion_mnist_missing`'s line when none works.
     """
@@ -471,7 +477,11 @@ def main(argv: list[str] | None = None) -> int:
         description="Get a dataset ready before any chapter or test needs it.",
     )
     parser.add_argument("--prepare", choices=["fashion-mnist"], required=True)
-    parser.parse_args(argv)
+    parser.add_argument(
+        "--offline", action="store_true", help="use local files only, never the network"
+    )
+    if parser.parse_args(argv).offline:
+        set_offline(True)
     try:
         source = prepare_fashion_mnist()
     except DownloadError as error:

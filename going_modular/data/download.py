@@ -12,12 +12,16 @@ the cause and what to do.
 
 from __future__ import annotations
 
+import base64
+import dataclasses
 import errno
 import functools
 import http.client
 import io
+import ipaddress
 import math
 import os
+import re
 import shutil
 import socket
 import time
@@ -30,9 +34,14 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from going_modular.data.files import atomic_folder, remove_stale_temporaries, sha256_of, temporary_folder
+from going_modular.data.files import (
+    atomic_folder,
+    remove_stale_temporaries,
+    sha256_of,
+    temporary_folder,
+)
+from going_modular.data.network import OFFLINE, is_offline
 from going_modular.data.paths import data_dir as default_data_dir
-from going_modular.data.network import is_offline
 
 __all__ = ["RECORD", "DownloadError", "download_data"]
 
@@ -56,8 +65,14 @@ class DownloadError(RuntimeError):
     """A download or its verification failed; the message says what to do."""
 
 
+# A URL's ``user:password@`` part, after its scheme if it has one.
+_USERINFO = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*://)?[^/@\s]+@")
+
+
 def _fail(url: str, cause: str, todo: str) -> DownloadError:
-    return DownloadError(f"Could not download {url}: {cause}. {todo}")
+    """The error for ``url`` (shown without a password), its cause and what to do."""
+    shown = _USERINFO.sub(r"\1", url)
+    return DownloadError(f"Could not download {shown}: {cause}. {todo}")
 
 
 class _DeadlineReader(io.RawIOBase):
@@ -143,15 +158,54 @@ class _HTTPSHandler(urllib.request.HTTPSHandler):
         return self.do_open(connection, req, context=self._context)
 
 
-def _opener(deadline: float) -> urllib.request.OpenerDirector:
+def _is_private(host: str) -> bool:
+    """Whether ``host`` is, or resolves to, a loopback, private, link-local or otherwise
+    non-public address (a cloud's metadata service, a router, this computer)."""
+    try:
+        found = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
+    except (OSError, UnicodeError):
+        return False  # unresolvable: the connection fails with its own error
+    for *_, address in found:
+        ip = ipaddress.ip_address(address[0].split("%")[0])
+        if not ip.is_global or ip.is_multicast:
+            return True
+    return False
+
+
+class _PublicRedirectHandler(urllib.request.HTTPRedirectHandler):
+    """Follows redirects to public addresses only, unless ``allow_private``: a public URL
+    must not lead the download to this computer's or its network's services."""
+
+    def __init__(self, url: str, allow_private: bool):
+        super().__init__()
+        self.url, self.allow_private = url, allow_private
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        host = urllib.parse.urlsplit(
+            urllib.parse.urljoin(req.full_url, newurl)
+        ).hostname
+        if not self.allow_private and host and _is_private(host):
+            raise _fail(
+                self.url,
+                f"it redirects to {host}, a loopback, private or link-local address",
+                "If you trust that server, pass allow_private_redirects=True. Nothing "
+                "was kept.",
+            )
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
+def _opener(
+    deadline: float, url: str, allow_private: bool
+) -> urllib.request.OpenerDirector:
     """urllib's opener for http(s) only (redirects, proxies), every read ending by
-    ``deadline``; no file://, ftp:// or data: handlers, even through a redirect."""
+    ``deadline``; no file://, ftp:// or data: handlers, even through a redirect, and no
+    redirect to a private address unless ``allow_private``."""
     opener = urllib.request.OpenerDirector()
     for handler in (
         urllib.request.ProxyHandler(),
         urllib.request.UnknownHandler(),
         urllib.request.HTTPDefaultErrorHandler(),
-        urllib.request.HTTPRedirectHandler(),
+        _PublicRedirectHandler(url, allow_private),
         urllib.request.HTTPErrorProcessor(),
         _HTTPHandler(deadline),
         _HTTPSHandler(deadline),
@@ -160,76 +214,154 @@ def _opener(deadline: float) -> urllib.request.OpenerDirector:
     return opener
 
 
+@dataclasses.dataclass(frozen=True)
+class _Limits:
+    """How long and how slow a transfer may be: each wait for data (``timeout``), the whole
+    transfer (``deadline``), and the stall rule, curl's ``--speed-limit``/``--speed-time``:
+    under ``min_speed`` bytes/s for ``speed_time`` seconds gives up."""
+
+    timeout: float
+    deadline: float
+    min_speed: float
+    speed_time: float
+    allow_private: bool
+
+
+class _Transfer:
+    """The bytes received so far, and the stall rule watched in windows of
+    ``speed_time`` seconds."""
+
+    def __init__(self, limits: _Limits):
+        self.limits, self.received = limits, 0
+        self.window_start, self.window_received = time.monotonic(), 0
+
+    def add(self, n: int) -> bool:
+        """Count ``n`` more bytes; True when the last window, now over, averaged under
+        ``min_speed``."""
+        self.received += n
+        now = time.monotonic()
+        if now - self.window_start < self.limits.speed_time:
+            return False
+        got = self.received - self.window_received
+        slow = got < self.limits.min_speed * (now - self.window_start)
+        self.window_start, self.window_received = now, self.received
+        return slow
+
+
+def _stalled(url: str, limits: _Limits, received: int) -> DownloadError:
+    return _fail(
+        url,
+        f"it stalled: under {limits.min_speed:g} bytes/s for {limits.speed_time:g} s "
+        f"({_size(received)} received)",
+        "The server is too slow or stalled; try again later, or pass a lower "
+        "min_speed= or a longer speed_time=. Nothing was kept.",
+    )
+
+
+def _request(url: str, authorization: str | None) -> urllib.request.Request:
+    """A GET of ``url`` with basic authentication, which a redirect does not carry on."""
+    request = urllib.request.Request(url)
+    if authorization is not None:
+        request.add_unredirected_header("Authorization", authorization)
+    return request
+
+
 def _fetch(
-    url: str, target: Path, timeout: float, deadline: float, max_size: int
+    url: str,
+    target: Path,
+    limits: _Limits,
+    max_size: int,
+    authorization: str | None = None,
 ) -> None:
     """Stream ``url`` into ``target``, checking the status, the announced length, the
-    ``max_size`` and the ``deadline`` (seconds for the whole transfer)."""
-    end = time.monotonic() + deadline
-    expected, received = None, 0
+    ``max_size``, the ``deadline`` (seconds for the whole transfer) and the stall rule."""
+    end = time.monotonic() + limits.deadline
+    transfer, expected = _Transfer(limits), None
     try:
-        with _opener(end).open(url, timeout=timeout) as response:
-            status = getattr(response, "status", 200)
-            if status != 200:
-                raise _fail(
-                    url, f"HTTP status {status}", "Check the URL and try again later."
-                )
-            expected = response.headers.get("Content-Length")
-            expected = int(expected) if expected is not None else None
-            if expected is not None and expected > max_size:
-                raise _too_large(
-                    url, f"the server announces {_size(expected)}", max_size
-                )
-            with (
-                open(target, "wb") as f,
-                tqdm(
-                    total=expected, unit="B", unit_scale=True, desc=target.name[:30]
-                ) as bar,
-            ):
-                while chunk := response.read1(_CHUNK):
-                    received += len(chunk)
-                    if received > max_size:
-                        raise _too_large(
-                            url, f"it sends more than {_size(max_size)}", max_size
-                        )
-                    f.write(chunk)
-                    bar.update(len(chunk))
-    except urllib.error.HTTPError as e:
-        raise _fail(url, f"HTTP status {e.code} ({e.reason})", "Check the URL.") from e
-    except ValueError as e:  # urllib's "unknown url type", a malformed address
-        raise _fail(
-            url, f"this is not a URL ({e})", "Pass an http(s):// address."
-        ) from e
-    except (http.client.HTTPException, OSError) as e:
-        if isinstance(e, OSError) and (
-            e.filename is not None or e.errno in _DISK_ERRNOS
-        ):
+        opener = _opener(end, url, limits.allow_private)
+        request = _request(url, authorization)
+        with opener.open(request, timeout=limits.timeout) as response:
+            expected = _expected_length(url, response, max_size)
+            _stream(url, response, target, transfer, expected, max_size)
+    except (http.client.HTTPException, OSError, ValueError) as e:
+        error = _transfer_error(url, e, limits, transfer.received, end)
+        if error is None:
             raise  # the disk, not the network
-        if time.monotonic() >= end:
-            raise _fail(
-                url,
-                f"it did not finish within its deadline of {deadline:g} s ({_size(received)} "
-                "received)",
-                "The server is too slow or stalled; try again later, or pass a longer "
-                "deadline=.",
-            ) from e
-        if isinstance(e, http.client.HTTPException):  # IncompleteRead, a bad response
-            raise _fail(
-                url,
-                f"the connection broke off mid-transfer ({type(e).__name__})",
-                "The download was interrupted; run it again.",
-            ) from e
+        raise error from e
+    if expected is not None and transfer.received != expected:
         raise _fail(
             url,
-            f"network error ({getattr(e, 'reason', e)})",
-            "Check your connection and retry.",
-        ) from e
-    if expected is not None and received != expected:
-        raise _fail(
-            url,
-            f"the connection closed after {received} of {expected} bytes",
+            f"the connection closed after {transfer.received} of {expected} bytes",
             "The download was interrupted; run it again.",
         )
+
+
+def _expected_length(url: str, response, max_size: int) -> int | None:
+    """The response's announced length (None without one), after checking its status
+    and that the length fits ``max_size``."""
+    status = getattr(response, "status", 200)
+    if status != 200:
+        raise _fail(url, f"HTTP status {status}", "Check the URL and try again later.")
+    expected = response.headers.get("Content-Length")
+    expected = int(expected) if expected is not None else None
+    if expected is not None and expected > max_size:
+        raise _too_large(url, f"the server announces {_size(expected)}", max_size)
+    return expected
+
+
+def _stream(
+    url: str,
+    response,
+    target: Path,
+    transfer: _Transfer,
+    expected: int | None,
+    max_size: int,
+) -> None:
+    """Copy the response's body into ``target`` with a progress bar, stopping at a stall
+    or past ``max_size``."""
+    with (
+        open(target, "wb") as f,
+        tqdm(total=expected, unit="B", unit_scale=True, desc=target.name[:30]) as bar,
+    ):
+        while chunk := response.read1(_CHUNK):
+            if transfer.add(len(chunk)):
+                raise _stalled(url, transfer.limits, transfer.received)
+            if transfer.received > max_size:
+                raise _too_large(url, f"it sends more than {_size(max_size)}", max_size)
+            f.write(chunk)
+            bar.update(len(chunk))
+
+
+def _transfer_error(
+    url: str, e: Exception, limits: _Limits, received: int, end: float
+) -> DownloadError | None:
+    """The DownloadError that explains ``e``, raised while fetching ``url``; None for an
+    error of the disk, which is raised as it is."""
+    if isinstance(e, urllib.error.HTTPError):
+        return _fail(url, f"HTTP status {e.code} ({e.reason})", "Check the URL.")
+    if isinstance(e, ValueError):  # urllib's "unknown url type", a malformed address
+        return _fail(url, f"this is not a URL ({e})", "Pass an http(s):// address.")
+    if isinstance(e, OSError) and (e.filename is not None or e.errno in _DISK_ERRNOS):
+        return None
+    if time.monotonic() >= end:
+        return _fail(
+            url,
+            f"it did not finish within its deadline of {limits.deadline:g} s "
+            f"({_size(received)} received)",
+            "The server is too slow or stalled; try again later, or pass a longer "
+            "deadline=.",
+        )
+    if isinstance(e, http.client.HTTPException):  # IncompleteRead, a bad response
+        return _fail(
+            url,
+            f"the connection broke off mid-transfer ({type(e).__name__})",
+            "The download was interrupted; run it again.",
+        )
+    return _fail(
+        url,
+        f"network error ({getattr(e, 'reason', e)})",
+        "Check your connection and retry.",
+    )
 
 
 def _size(n: int) -> str:
@@ -245,8 +377,9 @@ def _too_large(url: str, what: str, max_size: int) -> DownloadError:
 
 
 def _looks_like_html(head: bytes) -> bool:
-    """Whether a file's first bytes are a web page's."""
-    return head.lstrip().lower().startswith((b"<!doctype", b"<html"))
+    """Whether a file's first bytes are a web page's (after a UTF-8 byte order mark)."""
+    text = head.removeprefix(b"\xef\xbb\xbf").lstrip().lower()
+    return text.startswith((b"<!doctype", b"<html"))
 
 
 def _web_page(url: str, expected: str) -> DownloadError:
@@ -351,6 +484,68 @@ def _check_source(source: str) -> None:
         )
 
 
+def _split_credentials(source: str) -> tuple[str, str | None]:
+    """``source`` without a ``user:password@`` part (the only form that is ever shown),
+    and the HTTP basic ``Authorization`` value made from that part (None without one)."""
+    parts = urllib.parse.urlsplit(source)
+    if "@" not in parts.netloc:
+        return source, None
+    userinfo, _, hostport = parts.netloc.rpartition("@")
+    shown = urllib.parse.urlunsplit(parts._replace(netloc=hostport))
+    user, _, password = userinfo.partition(":")
+    pair = f"{urllib.parse.unquote(user)}:{urllib.parse.unquote(password)}"
+    return shown, "Basic " + base64.b64encode(pair.encode()).decode("ascii")
+
+
+def _check_destination(url: str, destination: str) -> None:
+    """Refuse a destination that is not one plain folder name (``..``, a path, NUL)."""
+    if (
+        not isinstance(destination, str)
+        or destination in ("", ".", "..")
+        or "\0" in destination
+        or Path(destination).name != destination
+        or "/" in destination
+        or os.sep in destination
+    ):
+        raise _fail(
+            url,
+            f"destination {destination!r} is not a plain folder name",
+            "Pass a name such as 'pizza_steak_sushi'; data_dir= chooses where it goes.",
+        )
+
+
+def _check_sha256(url: str, sha256: str | None) -> str | None:
+    """``sha256`` in lower case without surrounding white space; refused unless it is 64
+    hexadecimal digits."""
+    if sha256 is None:
+        return None
+    digest = str(sha256).strip().lower()
+    if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+        raise _fail(
+            url,
+            f"sha256={sha256!r} is not a SHA-256 (64 hexadecimal digits)",
+            "Copy the digest again, e.g. from the output of sha256sum.",
+        )
+    return digest
+
+
+def _check_numbers(url: str, **values: tuple[float, float]) -> None:
+    """Refuse a limit that is not a finite number above its floor, ``name=(value, low)``
+    (a floor of 0 for ``min_speed`` itself allows 0: no stall rule)."""
+    for name, (value, low) in values.items():
+        if isinstance(value, bool) or not (
+            isinstance(value, int | float)
+            and math.isfinite(value)
+            and (value > low or (name == "min_speed" and value == low))
+        ):
+            floor = "of 0 or more" if name == "min_speed" else f"above {low}"
+            raise _fail(
+                url,
+                f"{name}={value!r} is not a number {floor}",
+                f"Pass a positive {name}= (the default is usually right).",
+            )
+
+
 def _verify_existing(folder: Path, url: str, sha256: str) -> None:
     """Check an existing ``folder`` against ``sha256`` through the digest recorded in it."""
     record = folder / RECORD
@@ -380,8 +575,11 @@ def download_data(
     data_dir: str | Path | None = None,
     timeout: float = 30.0,
     deadline: float = 7200.0,
+    min_speed: float = 1024.0,
+    speed_time: float = 60.0,
     max_size: int = 16 << 30,
     max_ratio: float = 100.0,
+    allow_private_redirects: bool = False,
 ) -> Path:
     """Download ``source`` into ``data_dir/destination`` and return that folder.
 
@@ -390,115 +588,137 @@ def download_data(
     checked, against the digest recorded in it (``.source.sha256``) when it was made.
     ``remove_source=False`` keeps the downloaded zip beside the folder.
 
-    Only ``http://`` and ``https://`` addresses are fetched. ``timeout`` bounds each wait
-    for data and ``deadline`` the whole transfer (seconds). ``max_size`` caps the bytes
-    downloaded and a zip's unpacked size; a zip unpacking to more than ``max_ratio`` times
-    its size (above 16 MB) is refused as a likely zip bomb. Both are checked from the zip's
-    directory before anything is extracted.
+    Only ``http://`` and ``https://`` addresses are fetched; a ``user:password@`` in the
+    address is sent as HTTP basic authentication (to that host only) and never printed. A
+    redirect to a loopback, private or link-local address is refused unless
+    ``allow_private_redirects``. ``timeout`` bounds each wait for data, ``deadline`` the
+    whole transfer (seconds), and a transfer under ``min_speed`` bytes/s for ``speed_time``
+    seconds is abandoned as stalled (curl's ``--speed-limit``/``--speed-time``).
+    ``max_size`` caps the bytes downloaded and a zip's unpacked size; a zip unpacking to
+    more than ``max_ratio`` times its size (above 16 MB) is refused as a likely zip bomb.
+    Both are checked from the zip's directory before anything is extracted.
 
     Raises:
-        DownloadError: offline (``BOOK_OFFLINE=1``), a bad URL or argument, a bad HTTP
-            status, a network error, a missed deadline, an interrupted transfer, a web
-            page instead of the file, a wrong checksum, an unsafe, corrupt or too large
-            archive, or a folder that cannot be written. In every case nothing is left in
-            ``data_dir``.
+        DownloadError: offline (:func:`~going_modular.data.network.set_offline`), a bad
+            URL or argument, a bad HTTP status, a network error, a missed deadline, a
+            stall, an interrupted transfer, an empty body or a web page instead of the
+            file, a wrong checksum, an unsafe, corrupt or too large archive, or a folder
+            that cannot be written. In every case nothing is left in ``data_dir``.
     """
-    if not destination or Path(destination).name != destination or destination in ".":
-        raise _fail(
-            source,
-            f"destination {destination!r} is not a plain folder name",
-            "Pass a name such as 'pizza_steak_sushi'; data_dir= chooses where it goes.",
-        )
     _check_source(source)
-    for name, value, low in (
-        ("timeout", timeout, 0),
-        ("deadline", deadline, 0),
-        ("max_size", max_size, 0),
-        ("max_ratio", max_ratio, 1),
-    ):
-        if isinstance(value, bool) or not (
-            isinstance(value, int | float) and math.isfinite(value) and value > low
-        ):
-            raise _fail(
-                source,
-                f"{name}={value!r} is not a number above {low}",
-                f"Pass a positive {name}= (the default is usually right).",
-            )
+    url, authorization = _split_credentials(source)
+    _check_destination(url, destination)
+    sha256 = _check_sha256(url, sha256)
+    _check_numbers(
+        url,
+        timeout=(timeout, 0),
+        deadline=(deadline, 0),
+        min_speed=(min_speed, 0),
+        speed_time=(speed_time, 0),
+        max_size=(max_size, 0),
+        max_ratio=(max_ratio, 1),
+    )
+    limits = _Limits(timeout, deadline, min_speed, speed_time, allow_private_redirects)
     root = Path(data_dir) if data_dir is not None else default_data_dir()
-    folder = root / destination
     try:
-        if root.is_dir():
-            remove_stale_temporaries(root, destination)
-        if folder.is_dir() and any(folder.iterdir()):
-            if sha256 is not None:
-                _verify_existing(folder, source, sha256)
-            print(f"[INFO] {folder} already exists, skipping download.")
-            return folder
-        if is_offline():
-            raise _fail(
-                source,
-                "BOOK_OFFLINE=1 forbids network access",
-                "Unset it to download.",
-            )
-        with (
-            temporary_folder(root, destination) as workdir,
-            atomic_folder(folder) as staged,
-        ):
-            archive = _download_into(
-                source,
-                workdir,
-                staged,
-                sha256,
-                timeout=timeout,
-                deadline=deadline,
-                max_size=max_size,
-                max_ratio=max_ratio,
-            )
-            if not remove_source and archive.suffix == ".zip":
-                os.replace(archive, root / archive.name)
+        folder = _download_folder(
+            (url, authorization),
+            root,
+            destination,
+            sha256,
+            limits,
+            max_size,
+            max_ratio,
+            remove_source,
+        )
     except OSError as e:
         raise _fail(
-            source,
+            url,
             f"could not write to {root} ({e.strerror or e})",
             "Check that the folder is writable and the disk has free space, or pass "
             "data_dir= to download elsewhere.",
         ) from e
+    return folder
+
+
+def _download_folder(
+    source: tuple[str, str | None],
+    root: Path,
+    destination: str,
+    sha256: str | None,
+    limits: _Limits,
+    max_size: int,
+    max_ratio: float,
+    remove_source: bool,
+) -> Path:
+    """``root/destination``: checked if it is there already, else downloaded into place
+    (see :func:`download_data`)."""
+    url, folder = source[0], root / destination
+    if root.is_dir():
+        remove_stale_temporaries(root, destination)
+    if folder.is_dir() and any(folder.iterdir()):
+        if sha256 is not None:
+            _verify_existing(folder, url, sha256)
+        print(f"[INFO] {folder} already exists, skipping download.")
+        return folder
+    if is_offline():
+        raise _fail(
+            url,
+            f"the library is {OFFLINE}, which forbids network access",
+            "Call set_offline(False), or unset BOOK_OFFLINE for the book, to download.",
+        )
+    with (
+        temporary_folder(root, destination) as workdir,
+        atomic_folder(folder) as staged,
+    ):
+        archive = _download_into(
+            source, workdir, staged, sha256, limits, max_size, max_ratio
+        )
+        if not remove_source and archive.suffix == ".zip":
+            os.replace(archive, root / archive.name)
     print(f"[INFO] Ready: {folder}")
     return folder
 
 
 def _download_into(
-    source: str,
+    source: tuple[str, str | None],
     workdir: Path,
     staged: Path,
     sha256: str | None,
-    *,
-    timeout: float,
-    deadline: float,
+    limits: _Limits,
     max_size: int,
     max_ratio: float,
 ) -> Path:
-    """Fetch ``source`` into ``workdir`` and verify it, then extract it (a zip) or copy it
-    into ``staged``, with its SHA-256 recorded; return the downloaded file."""
-    filename = Path(source.split("?")[0]).name or "download"
+    """Fetch ``source`` (the URL and its authorization) into ``workdir`` and verify it,
+    then extract it (a zip) or copy it into ``staged``, with its SHA-256 recorded; return
+    the downloaded file."""
+    url, authorization = source
+    filename = Path(urllib.parse.urlsplit(url).path).name
+    filename = "download" if filename in ("", ".", "..") else filename
     archive = workdir / filename
-    print(f"[INFO] Downloading {source} ...")
-    _fetch(source, archive, timeout, deadline, max_size)
-    actual = sha256_of(archive)
-    if sha256 is not None and actual != sha256.lower():
+    print(f"[INFO] Downloading {url} ...")
+    _fetch(url, archive, limits, max_size, authorization)
+    if archive.stat().st_size == 0:
         raise _fail(
-            source,
+            url,
+            "the server sent an empty file (0 bytes)",
+            "Check the URL, or try again later; nothing was kept.",
+        )
+    actual = sha256_of(archive)
+    if sha256 is not None and actual != sha256:
+        raise _fail(
+            url,
             f"SHA-256 mismatch (expected {sha256}, got {actual})",
             "The file is corrupt or has changed upstream; it was discarded.",
         )
     if zipfile.is_zipfile(archive) or filename.endswith(".zip"):
-        _safe_extract(archive, staged, source, max_size, max_ratio)
+        _safe_extract(archive, staged, url, max_size, max_ratio)
     else:
         with open(archive, "rb") as f:
             if _looks_like_html(f.read(512)) and not filename.endswith(
                 (".htm", ".html")
             ):
-                raise _web_page(source, f"the file {filename} it names")
+                raise _web_page(url, f"the file {filename} it names")
         shutil.copy2(archive, staged / filename)
     (staged / RECORD).write_text(actual + "\n")
     return archive

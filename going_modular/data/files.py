@@ -2,9 +2,11 @@
 
 Everything the package writes goes first to a temporary beside its target and is renamed into
 place in one step, so a reader, or a process killed half-way, sees the old file or the whole
-new one, never half of it. Temporaries are named ``.<name>.partial-<pid>-<8 characters>``;
-the next write of the same target removes those whose process has ended, and only those,
-never a user's ``.model.pth-20240101``.
+new one, never half of it. Temporaries are named
+``.<name>.partial-<pid>@<machine>-<8 random characters>``; the next write of the same target
+removes those whose process has ended, and only those, never a user's ``.model.pth-20240101``.
+``<machine>`` tells apart computers (or containers) sharing one data volume, whose process
+ids mean nothing to each other: another machine's temporary is left alone for a day.
 
 * :func:`atomic_write` and :func:`write_json`: one file;
 * :func:`atomic_folder`: a folder filled beside its place, then renamed into it;
@@ -15,12 +17,14 @@ never a user's ``.model.pth-20240101``.
 from __future__ import annotations
 
 import contextlib
+import functools
 import glob
 import hashlib
 import json
 import os
 import re
 import shutil
+import socket
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -30,6 +34,7 @@ from typing import Any, BinaryIO
 __all__ = [
     "atomic_folder",
     "atomic_write",
+    "machine_id",
     "remove_stale_temporaries",
     "sha256_of",
     "temporary_folder",
@@ -40,8 +45,11 @@ __all__ = [
 
 _CHUNK = 1 << 16
 _TEMP_MARKER = ".partial-"
-# What follows ``.<name>.partial-``: a process id, "-", and tempfile's 8 random characters.
-_TEMP_SUFFIX = re.compile(r"(\d+)-[a-z0-9_]{8}")
+# What follows ``.<name>.partial-``: a process id, "@" and the machine's id (absent in
+# names written before there was one: this machine's), "-", and 8 random characters.
+_TEMP_SUFFIX = re.compile(r"(\d+)(?:@([0-9a-f]{8}))?-[a-z0-9_]{8}")
+# Another machine's temporary younger than this (seconds) may still be in use.
+_FOREIGN_GRACE = 86400
 
 
 def sha256_of(path: str | Path) -> str:
@@ -60,16 +68,40 @@ def umask() -> int:
     return mask
 
 
+@functools.cache
+def machine_id() -> str:
+    """8 hex digits naming this computer and its process-id namespace (a container has
+    its own), so that process ids in temporaries' names are only judged where they mean
+    something."""
+    try:
+        namespace = os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        namespace = 0
+    return hashlib.sha256(f"{socket.gethostname()}:{namespace}".encode()).hexdigest()[
+        :8
+    ]
+
+
 def temporary_prefix(name: str) -> str:
-    """The prefix of this process's temporaries for ``name``: ``.<name>.partial-<pid>-``."""
-    return f".{name}{_TEMP_MARKER}{os.getpid()}-"
+    """The prefix of this process's temporaries for ``name``:
+    ``.<name>.partial-<pid>@<machine>-``."""
+    return f".{name}{_TEMP_MARKER}{os.getpid()}@{machine_id()}-"
 
 
-def _still_in_use(path: Path, pid: int) -> bool:
+def _last_touched(path: Path) -> float:
+    """The newest modification time of ``path`` and, for a folder, of what it holds."""
+    times = [path.stat().st_mtime]
+    if path.is_dir() and not path.is_symlink():
+        times += [child.stat().st_mtime for child in path.iterdir()]
+    return max(times)
+
+
+def _still_in_use(path: Path, pid: int, machine: str | None) -> bool:
+    if machine not in (None, machine_id()) or os.name != "posix":
+        # another machine's process, or no cheap liveness test: trust it for a day
+        return time.time() - _last_touched(path) < _FOREIGN_GRACE
     if pid == os.getpid():
         return True
-    if os.name != "posix":  # no cheap liveness test: trust anything younger than a day
-        return time.time() - path.stat().st_mtime < 86400
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -92,7 +124,7 @@ def remove_stale_temporaries(folder: str | Path, name: str) -> list[Path]:
         if match is None:  # another name that starts alike
             continue
         try:
-            if _still_in_use(path, int(match.group(1))):
+            if _still_in_use(path, int(match.group(1)), match.group(2)):
                 continue
             if path.is_dir() and not path.is_symlink():
                 shutil.rmtree(path)

@@ -9,6 +9,7 @@ ask :func:`is_offline` and :func:`uses_fixtures`.
 from __future__ import annotations
 
 __all__ = [
+    "OFFLINE",
     "announce_fixture",
     "is_offline",
     "set_fixtures",
@@ -17,6 +18,12 @@ __all__ = [
 ]
 
 _state = {"offline": False, "fixtures": False}
+
+# How error messages name this switch (the book sets it from its BOOK_OFFLINE variable).
+OFFLINE = (
+    "offline (going_modular.data.network.set_offline(True); the book sets it from "
+    "BOOK_OFFLINE=1)"
+)
 
 
 def set_offline(offline: bool) -> None:

@@ -38,7 +38,7 @@ from torch.utils.data import Dataset
 
 from going_modular.data.download import DownloadError
 from going_modular.data.files import atomic_folder
-from going_modular.data.network import is_offline
+from going_modular.data.network import OFFLINE, is_offline
 from going_modular.data.text_data import TextClassificationData
 
 __all__ = [
@@ -70,7 +70,7 @@ def real_or_stand_in(
     """``load_real()``; or, when the real data cannot be had and ``fallback`` allows it,
     ``make_stand_in()``, announced in one ``[STAND-IN]`` line that names ``stand_in``.
 
-    Offline (``BOOK_OFFLINE=1``) the real data is not tried, unless ``try_offline`` (for a
+    Offline (:func:`~going_modular.data.network.is_offline`) the real data is not tried, unless ``try_offline`` (for a
     ``load_real`` that looks on this machine first). A failed attempt (a
     :class:`~going_modular.download.DownloadError`, or the RuntimeError or OSError of
     torchvision's downloads) is explained in one ``[INFO]`` line before the stand-in; with
@@ -79,8 +79,9 @@ def real_or_stand_in(
     if is_offline() and not try_offline:
         if not fallback:
             raise DownloadError(
-                f"BOOK_OFFLINE=1 and fallback=False: {name} cannot be fetched. "
-                "Unset BOOK_OFFLINE or allow the stand-in."
+                f"The library is {OFFLINE} and fallback=False: {name} cannot be "
+                "fetched. Call set_offline(False) (or unset BOOK_OFFLINE for the book), "
+                "or allow the stand-in."
             )
     else:
         try:

@@ -31,7 +31,8 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from going_modular.data_setup import train_test_loaders
+from going_modular.data.checks import check_sizes
+from going_modular.data.loaders import train_test_loaders
 
 __all__ = [
     "PAD",
@@ -92,8 +93,7 @@ class Vocabulary:
         Words are ordered by falling count, ties alphabetically, so the same texts always give
         the same ids. ``max_size`` caps the number of entries, ``<pad>`` and ``<unk>`` included.
         """
-        if min_freq < 1:
-            raise ValueError(f"min_freq must be at least 1, got {min_freq}.")
+        check_sizes(min_freq=min_freq)
         counts = Counter(word for text in texts for word in tokenize(text))
         words = sorted(
             (w for w, c in counts.items() if c >= min_freq),
@@ -132,8 +132,7 @@ class Vocabulary:
 
 def text_to_ids(text: str, vocab: Vocabulary, max_len: int) -> list[int]:
     """Ids of the first ``max_len`` words of ``text``; ``[UNK_ID]`` if it has no words."""
-    if max_len < 1:
-        raise ValueError(f"max_len must be at least 1, got {max_len}.")
+    check_sizes(max_len=max_len)
     return vocab.lookup(tokenize(text)[:max_len]) or [UNK_ID]
 
 

@@ -20,7 +20,11 @@ import torch
 
 from going_modular.data.download import DownloadError, download_data
 from going_modular.data.paths import data_dir
-from going_modular.data.standins import STAND_IN_LIBRARIES, make_docstring_corpus, real_or_stand_in
+from going_modular.data.standins import (
+    STAND_IN_LIBRARIES,
+    make_docstring_corpus,
+    real_or_stand_in,
+)
 from going_modular.data.text_data import PAD_ID, TextClassificationData, Vocabulary
 
 __all__ = [

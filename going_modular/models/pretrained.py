@@ -3,7 +3,7 @@
 Transfer learning in its simplest form: keep every weight of a ViT-B/16 trained on ImageNet
 fixed, replace the 1000-class head by a fresh ``nn.Linear(768, num_classes)`` and train only
 that. The weights' own preprocessing (``weights.transforms()``) comes with it; it needs no
-download. Offline (``BOOK_OFFLINE=1``), or when the download fails and ``fallback`` is True,
+download. Offline (:func:`~going_modular.data.network.set_offline`), or when the download fails and ``fallback`` is True,
 the same code path runs on an UNTRAINED backbone, announced by one ``[STAND-IN]`` line.
 With ``BOOK_FIXTURES=1`` the weights in torch's hub cache are a test fixture (random values
 with the real keys and shapes), announced by one ``[FIXTURE]`` line.
@@ -16,8 +16,13 @@ from typing import Any
 from torch import nn
 from torchvision.models import VisionTransformer, ViT_B_16_Weights, vit_b_16
 
-from going_modular.data.network import announce_fixture, is_offline, uses_fixtures
 from going_modular.data.download import DownloadError
+from going_modular.data.network import (
+    OFFLINE,
+    announce_fixture,
+    is_offline,
+    uses_fixtures,
+)
 from going_modular.models.registry import register_model
 
 __all__ = [
@@ -92,9 +97,10 @@ def load_pretrained_vit_b_16(
     if is_offline():
         if not fallback:
             raise DownloadError(
-                f"Could not download {enum.url}: BOOK_OFFLINE=1 forbids network access. "
-                "Unset BOOK_OFFLINE to download the pretrained weights, or pass "
-                "fallback=True to run on an untrained stand-in backbone."
+                f"Could not download {enum.url}: the library is {OFFLINE}, which forbids "
+                "network access. Call set_offline(False) (or unset BOOK_OFFLINE for the "
+                "book) to download the pretrained weights, or pass fallback=True to run "
+                "on an untrained stand-in backbone."
             )
         print(_stand_in_line(enum, "are not available offline"))
         return None

@@ -16,6 +16,8 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
+from going_modular.data.checks import check_sizes
+from going_modular.data.loaders import train_test_loaders
 from going_modular.training.seeding import set_seeds
 
 __all__ = [
@@ -62,13 +64,15 @@ def tensor_loaders(
     seed: int = 0,
     test_batch_size: int = 1024,
 ) -> tuple[DataLoader, DataLoader]:
-    """DataLoaders over in-memory ``(images, labels)`` pairs; the training order follows ``seed``."""
-    generator = torch.Generator().manual_seed(seed)
-    train_loader = DataLoader(
-        TensorDataset(*train), batch_size=batch_size, shuffle=True, generator=generator
+    """DataLoaders over in-memory ``(images, labels)`` pairs; the training order follows ``seed``
+    (:func:`~going_modular.data.loaders.train_test_loaders` over two TensorDatasets)."""
+    return train_test_loaders(
+        TensorDataset(*train),
+        TensorDataset(*test),
+        batch_size,
+        seed=seed,
+        test_batch_size=test_batch_size,
     )
-    test_loader = DataLoader(TensorDataset(*test), batch_size=test_batch_size)
-    return train_loader, test_loader
 
 
 def over_seeds(run: Callable[[int], R], seeds: Iterable[int] = (0, 1, 2)) -> list[R]:
@@ -108,11 +112,7 @@ def step_loader(
     as needed, a large one is only partly seen. Iterating the loader again continues with
     fresh shuffles (the generator is not reset).
     """
-    if steps <= 0 or batch_size <= 0:
-        raise ValueError(
-            f"steps and batch_size must be positive, got steps={steps}, "
-            f"batch_size={batch_size}."
-        )
+    check_sizes(steps=steps, batch_size=batch_size)
     dataset = TensorDataset(*train)
     sampler = torch.utils.data.RandomSampler(
         dataset,

@@ -7,8 +7,8 @@ once, with its random parameters drawn per sample. Images are float in [0, 255] 
 and rounded after each operation, as PIL keeps them in uint8.
 
 * :class:`BatchAugment` chains the steps, then normalises and erases;
-  :func:`recipe_augment` builds the chain of a
-  :class:`~going_modular.cct_recipes.CCTRecipe` from the crops
+  :func:`recipe_augment` builds the chain of a recipe (:class:`AugmentRecipe`, such as a
+  :class:`~going_modular.training.cct_recipes.CCTRecipe`) from the crops
   (:mod:`~going_modular.gpu_augment_crops`) and the policies
   (:mod:`~going_modular.gpu_augment_policies`, built on the operations of
   :mod:`~going_modular.gpu_augment_ops`);
@@ -24,15 +24,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator, Sequence
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
 from torch.utils.data import Dataset, TensorDataset
 
-if TYPE_CHECKING:
-    from going_modular.training.cct_recipes import CCTRecipe
-
+from going_modular.data.checks import check_sizes
 from going_modular.data.gpu_augment.crops import (
     random_erasing,
     random_hflip,
@@ -42,6 +40,7 @@ from going_modular.data.gpu_augment.crops import (
 from going_modular.data.gpu_augment.policies import AutoAugment, RandAugment
 
 __all__ = [
+    "AugmentRecipe",
     "BatchAugment",
     "DeviceLoader",
     "Step",
@@ -52,6 +51,19 @@ __all__ = [
 
 #: One step of a :class:`BatchAugment`: float images (n, C, H, W) in [0, 255] -> the same.
 Step = Callable[[torch.Tensor], torch.Tensor]
+
+
+class AugmentRecipe(Protocol):
+    """What the device-side augmentation reads of a recipe (a
+    :class:`~going_modular.training.cct_recipes.CCTRecipe` has these fields): the data
+    layer names the fields it needs instead of importing the training layer."""
+
+    policy: str | None  # "autoaugment", "randaugment" or None
+    crop: str | None  # "pad", "resized" or None
+    hflip: bool
+    random_erasing: float
+    mixup_alpha: float
+    cutmix_alpha: float
 
 
 class BatchAugment:
@@ -96,7 +108,7 @@ class BatchAugment:
 
 
 def recipe_augment(
-    recipe: CCTRecipe,
+    recipe: AugmentRecipe,
     mean: Sequence[float],
     std: Sequence[float],
 ) -> BatchAugment:
@@ -154,7 +166,7 @@ class DeviceLoader:
     host-to-device copies, augmentation batched by ``augment`` (a :class:`BatchAugment`).
     ``augment`` runs on ``chunk`` images at a time (a multiple of ``batch_size``; by default
     about 8 MiB of float images), which spreads its fixed cost per call over more images.
-    ``drop_last`` drops a last, smaller batch (MixUp/CutMix need even batches). ``passes``
+    ``drop_last`` drops a last, smaller batch. ``passes``
     makes one iteration (one epoch of the engine) that many shuffled passes over the images,
     for small datasets trained many times over without a test after every pass.
     """
@@ -182,10 +194,7 @@ class DeviceLoader:
                 f"Need as many labels as images, and at least one: got {len(images)} "
                 f"images and {len(labels)} labels."
             )
-        if batch_size <= 0 or passes <= 0:
-            raise ValueError(
-                f"batch_size and passes must be positive, got {batch_size} and {passes}."
-            )
+        check_sizes(batch_size=batch_size, passes=passes)
         device = device or images.device
         self.images, self.labels = images.to(device), labels.to(device)
         self.batch_size, self.augment = batch_size, augment
@@ -227,7 +236,7 @@ class DeviceLoader:
 def recipe_loaders(
     train_data: Dataset,
     test_data: Dataset,
-    recipe: CCTRecipe,
+    recipe: AugmentRecipe,
     img_size: int,
     batch_size: int,
     device: torch.device | str,
@@ -237,7 +246,8 @@ def recipe_loaders(
     """Training and test :class:`DeviceLoader` for a recipe: the images of ``train_data`` and
     ``test_data`` (no transform; ``.targets`` labels) as uint8 tensors on ``device``, the
     training batches augmented by :func:`recipe_augment`, the test batches only normalised.
-    A recipe that mixes gets even batches only (``drop_last``), as timm's MixUp needs."""
+    A recipe that mixes gets full batches only (``drop_last``, as timm's training script
+    does with MixUp), so every mixed batch has the recipe's batch size."""
     mixes = recipe.mixup_alpha > 0 or recipe.cutmix_alpha > 0
     train = DeviceLoader(
         to_uint8_images(train_data, img_size),
