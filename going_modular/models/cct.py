@@ -285,7 +285,7 @@ class CompactTransformer(nn.Module):
         super().__init__()
         if (img_size is None) == (num_tokens is None):
             raise ValueError(
-                "Give img_size (an image tokenizer) or num_tokens, not both."
+                "Give exactly one of img_size (for an image Tokenizer) and num_tokens."
             )
         self.img_size = self.grid_size = self.in_channels = None
         if img_size is not None:

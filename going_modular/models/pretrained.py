@@ -16,8 +16,8 @@ from typing import Any
 from torch import nn
 from torchvision.models import VisionTransformer, ViT_B_16_Weights, vit_b_16
 
-from going_modular.data.network import announce_fixture, is_offline, uses_fixtures
 from going_modular.data.download import DownloadError
+from going_modular.data.network import announce_fixture, is_offline, uses_fixtures
 from going_modular.models.registry import register_model
 
 __all__ = [
