@@ -75,18 +75,22 @@ from going_modular.models.cct import (
     SeqPool,
     Tokenizer,
     ViTLite,
-    sinusoidal_embedding,
 )
 from going_modular.models.complexity import count_macs, count_params, fvcore_flops
 from going_modular.models.convert import (
-    CHAPTER_KEYS,
     TORCH_LAYER_KEYS,
     load_encoder_layer,
     load_renamed,
     load_torchvision_weights,
     rename_keys,
 )
-from going_modular.models.layers import Attention, Block, Mlp, record_attention
+from going_modular.models.layers import (
+    Attention,
+    Block,
+    Mlp,
+    record_attention,
+    sinusoidal_embedding,
+)
 from going_modular.models.pretrained import (
     create_vit_feature_extractor,
     load_pretrained_vit_b_16,
@@ -136,7 +140,6 @@ __all__ = [
     "cap",
     "CCT_CIFAR_200",
     "CCT_CIFAR_300",
-    "CHAPTER_KEYS",
     "checkpoint_root",
     "CIFAR10_MEAN",
     "CIFAR10_STD",

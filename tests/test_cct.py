@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from going_modular.models import build_model, list_models
 from going_modular.models.cct import (
     CCT,
+    CompactBlock,
     CompactTransformer,
     SeqPool,
     Tokenizer,
@@ -252,8 +253,8 @@ def test_bad_pos_embed_and_pool() -> None:
         ValueError, match="pos_embed 'rotary'.*'learnable', 'sine', 'none'"
     ):
         build_model("cct_7_3x1", pos_embed="rotary")
-    with pytest.raises(ValueError, match="pool 'mean'"):
-        build_model("cct_7_3x1", pool="mean")
+    with pytest.raises(ValueError, match="pool 'max'.*'seq', 'cls', 'mean'"):
+        build_model("cct_7_3x1", pool="max")
 
 
 def test_bad_input_size_and_channels() -> None:
@@ -332,12 +333,45 @@ def test_class_token_variant_of_a_cct() -> None:
     assert pooled.shape == (4, 128) and weights is None
 
 
+def test_pooling_is_chosen_by_an_argument() -> None:
+    torch.manual_seed(0)
+    images = torch.randn(2, 3, 32, 32)
+    for pool, extra in [("seq", 128 + 1), ("cls", 2 * 128), ("mean", 0)]:
+        model = cct_2_3x2(pool=pool).eval()
+        params = count_params(model) - count_params(cct_2_3x2(pool="mean"))
+        assert params == extra, pool
+        with torch.no_grad():
+            features = model.forward_features(images)
+            pooled = model.forward_head(features, pre_logits=True)
+            assert torch.equal(model.forward_head(features), model(images))
+        assert features.shape == (2, 64 + (pool == "cls"), 128)  # two 2x poolings
+        if pool == "mean":
+            torch.testing.assert_close(pooled, features.mean(dim=1))
+        if pool == "cls":
+            assert torch.equal(pooled, features[:, 0])
+    with pytest.raises(ValueError, match="the mean: it has no SeqPool"):
+        cct_2_3x2(pool="mean")(images, return_pool_weights=True)
+
+
+def test_forward_features_ends_with_the_final_norm() -> None:
+    model = cvt_7_4().eval()
+    images = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        features = model.forward_features(images)
+        assert torch.equal(features, model.encode(model.tokenizer(images)))
+    assert features.shape == (2, 64, 256)
+    torch.testing.assert_close(features.mean(-1), torch.zeros(2, 64), atol=1e-4, rtol=0)
+    torch.testing.assert_close(
+        features.std(-1, unbiased=False), torch.ones(2, 64), atol=1e-3, rtol=0
+    )
+
+
 def test_stochastic_depth_and_init() -> None:
     model = cct_7_3x1()
     rates = [block.drop_path.p for block in model.blocks]
     assert rates == pytest.approx([0.1 * i / 6 for i in range(7)])
     block = model.blocks[3]
-    assert block.attn.qkv.bias is None and block.post_attn_norm
+    assert block.attn.qkv.bias is None and isinstance(block, CompactBlock)
     assert torch.equal(block.mlp.fc1.bias, torch.zeros_like(block.mlp.fc1.bias))
     assert torch.equal(block.norm2.weight, torch.ones(256))
     assert 0.015 < block.mlp.fc1.weight.std().item() < 0.025

@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from going_modular.models.cct import CompactBlock
 from going_modular.models.convert import load_renamed, rename_keys
 from going_modular.models.layers import (
     Attention,
@@ -18,7 +19,9 @@ from going_modular.models.layers import (
     DropPath,
     Mlp,
     collect_attention,
+    conv_output_size,
     record_attention,
+    sinusoidal_embedding,
 )
 from going_modular.models.vitbn import TokenBatchNorm
 
@@ -67,7 +70,7 @@ def test_vit_block_is_eq_2_then_eq_3():
 
 def test_cct_block_normalises_the_stream_after_attention():
     torch.manual_seed(0)
-    block = randomize_(Block(16, 2, 2.0, qkv_bias=False, post_attn_norm=True)).eval()
+    block = randomize_(CompactBlock(16, 2, 2.0, qkv_bias=False)).eval()
     x = torch.randn(2, 5, 16)
     with torch.no_grad():
         y = block.norm2(x + attention_by_hand(block.attn, block.norm1(x)))
@@ -85,8 +88,8 @@ def test_batchnorm_block_has_its_norm_inside_the_mlp():
         2.0,
         head_dim=12,
         norm_layer=TokenBatchNorm,
-        pre_mlp_norm=False,
-        mlp_norm_layer=TokenBatchNorm,
+        norm2_layer=nn.Identity,
+        mlp_layer=partial(Mlp, norm_layer=TokenBatchNorm),
     )
     randomize_(block)
     assert isinstance(block.norm2, nn.Identity) and isinstance(
@@ -107,11 +110,51 @@ def test_batchnorm_block_has_its_norm_inside_the_mlp():
         torch.testing.assert_close(block.train()(x), expected, atol=1e-5, rtol=1e-4)
 
 
-def test_block_rejects_an_mlp_of_width_zero_and_a_stream_norm_without_norm2():
+def test_block_rejects_an_mlp_of_width_zero():
     with pytest.raises(ValueError, match=r"mlp_ratio=0.01 .* = 0"):
         Block(32, 2, 0.01)
-    with pytest.raises(ValueError, match="pre_mlp_norm=True"):
-        Block(32, 2, post_attn_norm=True, pre_mlp_norm=False)
+
+
+def test_block_state_dict_keys_are_the_package_vocabulary():
+    # the names the chapters' own classes use, so that plain load_state_dict works
+    assert list(Block(8, 2, 2.0).state_dict()) == [
+        "norm1.weight",
+        "norm1.bias",
+        "attn.qkv.weight",
+        "attn.qkv.bias",
+        "attn.proj.weight",
+        "attn.proj.bias",
+        "norm2.weight",
+        "norm2.bias",
+        "mlp.fc1.weight",
+        "mlp.fc1.bias",
+        "mlp.fc2.weight",
+        "mlp.fc2.bias",
+    ]
+
+
+def test_conv_output_size_is_that_of_conv_and_pool_layers():
+    x = torch.zeros(1, 1, 37)
+    for kernel, stride, padding in [(3, 1, 1), (7, 2, 3), (2, 2, 1), (4, 3, 0)]:
+        conv = nn.Conv1d(1, 1, kernel, stride, padding)
+        pool = nn.MaxPool1d(kernel, stride, min(padding, kernel // 2))
+        assert conv_output_size(37, kernel, stride, padding) == conv(x).shape[-1]
+        assert conv_output_size(37, kernel, stride, pool.padding) == pool(x).shape[-1]
+    lengths = torch.tensor([5, 37])
+    assert conv_output_size(lengths, 3, 2, 1).tolist() == [3, 19]
+
+
+def test_sinusoidal_embedding_layouts():
+    pe = sinusoidal_embedding(17, 64)[0]
+    angle = torch.arange(17.0)[:, None] / 10000 ** (torch.arange(32) * 2 / 64)
+    torch.testing.assert_close(pe[:, 0::2], angle.sin())  # interleaved: sin, cos, ...
+    torch.testing.assert_close(pe[:, 1::2], angle.cos())
+    concatenated = sinusoidal_embedding(17, 64, interleave=False)[0]
+    torch.testing.assert_close(concatenated[:, :32], angle.sin())  # sines, then cosines
+    torch.testing.assert_close(concatenated[:, 32:], angle.cos())
+    assert pe.dtype == torch.float32 and sinusoidal_embedding(3, 5).shape == (1, 3, 5)
+    with pytest.raises(ValueError, match="even"):
+        sinusoidal_embedding(4, 5, interleave=False)
 
 
 def test_dropout_is_where_the_paper_puts_it_and_off_in_eval():

@@ -8,9 +8,10 @@ import math
 import numpy as np
 import pytest
 
-from going_modular.models import build_model
+from going_modular.models import build_model, list_models
 from going_modular.models.cct import CCT, CVT, ViTLite
 from going_modular.models.layers import DropPath
+from going_modular.models.registry import _REGISTRY, register_model
 from going_modular.models.text_cct import TextCCT
 from going_modular.models.tinyvgg import TinyVGG
 from going_modular.models.vit import ViT
@@ -171,3 +172,18 @@ def test_numpy_integers_and_good_values_are_accepted():
     model = ViT(**(SMALL_VIT | {"heads": np.int64(2)}))
     assert model.num_patches == 16
     assert CCT(**SMALL_CCT).grid_size == (16, 16)
+
+
+def test_factories_are_real_functions_registered_under_their_own_names():
+    for name in list_models():
+        factory = _REGISTRY[name]
+        assert factory.__name__ == name, name
+        assert "<locals>" not in factory.__qualname__, name
+        assert factory.__doc__ and factory.__module__.startswith(
+            "going_modular.models."
+        )
+    with pytest.raises(ValueError, match="'vit_tiny' is registered twice"):
+
+        @register_model
+        def vit_tiny():
+            pass

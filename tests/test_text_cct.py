@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from going_modular.models.layers import record_attention
-from going_modular.models.text_cct import TextCCT, text_cct_2
+from going_modular.models.text_cct import TextCCT, text_cct_2, text_cct_4, text_cct_6
 
 CCT_6 = dict(dim=256, depth=6, heads=4, mlp_ratio=2.0)  # the paper's text CCT-6
 
@@ -33,6 +33,50 @@ def test_text_parameter_count(sizes: dict, kernel_size: int, expected: int) -> N
         if p.requires_grad and not name.startswith("embedding.")
     )
     assert trainable == expected
+
+
+def _trainable_without_embedding(model: TextCCT) -> int:
+    return sum(
+        p.numel()
+        for name, p in model.named_parameters()
+        if p.requires_grad and not name.startswith("embedding.")
+    )
+
+
+@pytest.mark.parametrize(
+    ("factory", "kernel_size", "expected", "sizes"),
+    [  # the reference README's text CCT-2/1, CCT-2/4, CCT-4/1, CCT-6/1 and CCT-6/4 (AGNews)
+        (text_cct_2, 1, 237_701, (2, 128, 2, 128)),
+        (text_cct_2, 4, 352_901, (2, 128, 2, 128)),
+        (text_cct_4, 1, 436_101, (4, 128, 2, 128)),
+        (text_cct_6, 1, 3_236_613, (6, 256, 4, 512)),
+        (text_cct_6, 4, 3_467_013, (6, 256, 4, 512)),
+    ],
+)
+def test_text_factories_have_the_reference_s_sizes(
+    factory, kernel_size: int, expected: int, sizes: tuple[int, int, int, int]
+) -> None:
+    model = factory(vocab_size=50, num_classes=4, kernel_size=kernel_size)
+    assert _trainable_without_embedding(model) == expected
+    depth, dim, heads, mlp = sizes
+    block = model.blocks[0]
+    assert (len(model.blocks), model.norm.normalized_shape[0]) == (depth, dim)
+    assert (block.attn.heads, block.mlp.fc1.out_features) == (heads, mlp)
+    assert model.embedding.weight.shape == (50, 300)
+
+
+def test_text_forward_is_forward_head_of_forward_features() -> None:
+    torch.manual_seed(0)
+    model = text_cct_2(vocab_size=50, num_classes=4).eval()
+    ids, mask = _padded_batch([7, 20], 20, 50)
+    with torch.no_grad():
+        features = model.forward_features(ids, mask)
+        token_mask = model.tokenizer.token_mask(mask)
+        logits, weights = model(ids, mask, return_pool_weights=True)
+        by_parts = model.forward_head(features, token_mask, return_pool_weights=True)
+    assert features.shape == (2, 11, 128) and token_mask.shape == (2, 11)
+    assert torch.equal(by_parts[0], logits) and torch.equal(by_parts[1], weights)
+    assert (weights[~token_mask] == 0).all()
 
 
 def _padded_batch(

@@ -14,9 +14,7 @@ from torch import nn
 from going_modular.models import build_model, list_models
 from going_modular.models.complexity import count_params
 from going_modular.models.convert import (
-    CHAPTER_KEYS,
     load_encoder_layer,
-    load_renamed,
     load_torchvision_weights,
 )
 from going_modular.models.layers import Block
@@ -77,8 +75,16 @@ def test_vit_b16_shapes_at_every_block(vit_b16_pair: tuple[ViT, nn.Module]) -> N
         z1 = block(z)
         features = model.forward_features(x)
         logits = model(x)
+        by_parts = model.forward_head(features)
+        pre_logits = model.forward_head(features, pre_logits=True)
     assert patches.shape == (2, 196, 768)
     assert z.shape == z1.shape == features.shape == (2, 197, 768)
+    # timm's forward_features ends with the final norm: every token has mean 0, std 1
+    torch.testing.assert_close(
+        features.mean(-1), torch.zeros(2, 197), atol=1e-4, rtol=0
+    )
+    assert torch.equal(by_parts, logits) and pre_logits.shape == (2, 768)
+    assert torch.equal(model.head(pre_logits), logits)
     assert model.cls_token.shape == (1, 1, 768)
     assert model.pos_embed.shape == (1, 197, 768)
     assert logits.shape == (2, 1000)
@@ -218,54 +224,52 @@ def test_a_timm_vit_state_dict_loads_as_it_is() -> None:
 
 
 class ChapterViT(nn.Module):
-    """Chapters 2-5's ViT, with their names (patch_embedding.patcher, msa_block, mlp_block, ...)."""
+    """A ViT written the chapters' way (plain modules, its own forward) but with the package's
+    names: patch_embed.proj, cls_token, pos_embed, blocks.N.{norm1, attn.qkv, attn.proj, norm2,
+    mlp.fc1, mlp.fc2}, norm, head."""
 
     def __init__(self, img_size: int, patch: int, dim: int, depth: int, heads: int):
         super().__init__()
-        self.patch_embedding = nn.Module()
-        self.patch_embedding.patcher = nn.Conv2d(3, dim, patch, patch)
-        self.class_embedding = nn.Parameter(torch.randn(1, 1, dim))
-        self.position_embedding = nn.Parameter(
-            torch.randn(1, (img_size // patch) ** 2 + 1, dim)
-        )
-        self.encoder = nn.Sequential()
+        self.patch_embed = nn.Module()
+        self.patch_embed.proj = nn.Conv2d(3, dim, patch, patch)
+        self.cls_token = nn.Parameter(torch.randn(1, 1, dim))
+        self.pos_embed = nn.Parameter(torch.randn(1, (img_size // patch) ** 2 + 1, dim))
+        self.blocks = nn.Sequential()
         for _ in range(depth):
             block = nn.Module()
-            block.msa_block = nn.Module()
-            block.msa_block.layer_norm = nn.LayerNorm(dim, eps=1e-6)
-            block.msa_block.qkv = nn.Linear(dim, 3 * dim)
-            block.msa_block.proj = nn.Linear(dim, dim)
-            block.mlp_block = nn.Module()
-            block.mlp_block.layer_norm = nn.LayerNorm(dim, eps=1e-6)
-            block.mlp_block.mlp = nn.Sequential(
-                nn.Linear(dim, 2 * dim),
-                nn.GELU(),
-                nn.Dropout(),
-                nn.Linear(2 * dim, dim),
-            )
-            self.encoder.append(block)
-        self.classifier = nn.Sequential(nn.LayerNorm(dim, eps=1e-6), nn.Linear(dim, 5))
+            block.norm1 = nn.LayerNorm(dim, eps=1e-6)
+            block.attn = nn.Module()
+            block.attn.qkv = nn.Linear(dim, 3 * dim)
+            block.attn.proj = nn.Linear(dim, dim)
+            block.norm2 = nn.LayerNorm(dim, eps=1e-6)
+            block.mlp = nn.Module()
+            block.mlp.fc1 = nn.Linear(dim, 2 * dim)
+            block.mlp.fc2 = nn.Linear(2 * dim, dim)
+            self.blocks.append(block)
+        self.norm = nn.LayerNorm(dim, eps=1e-6)
+        self.head = nn.Linear(dim, 5)
         self.heads = heads
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        z = self.patch_embedding.patcher(x).flatten(2).transpose(1, 2)
-        z = torch.cat([self.class_embedding.expand(len(x), -1, -1), z], 1)
-        z = z + self.position_embedding
-        for block in self.encoder:  # Eq. 2 and 3
-            msa, mlp = block.msa_block, block.mlp_block
-            q, k, v = msa.qkv(msa.layer_norm(z)).chunk(3, dim=-1)
+        # (B, dim, H/p, W/p) -> (B, N, dim)
+        z = self.patch_embed.proj(x).flatten(2).transpose(1, 2)
+        z = torch.cat([self.cls_token.expand(len(x), -1, -1), z], 1) + self.pos_embed
+        for block in self.blocks:  # Eq. 2 and 3
+            # (B, N, dim) -> (B, heads, N, head_dim) for each of q, k, v
+            q, k, v = block.attn.qkv(block.norm1(z)).chunk(3, dim=-1)
             q, k, v = (
                 t.unflatten(-1, (self.heads, -1)).transpose(1, 2) for t in (q, k, v)
             )
+            # (B, heads, N, head_dim) -> (B, N, dim)
             attended = (
                 F.scaled_dot_product_attention(q, k, v).transpose(1, 2).flatten(2)
             )
-            z = msa.proj(attended) + z
-            z = mlp.mlp[3](F.gelu(mlp.mlp[0](mlp.layer_norm(z)))) + z
-        return self.classifier(z[:, 0])
+            z = block.attn.proj(attended) + z
+            z = block.mlp.fc2(F.gelu(block.mlp.fc1(block.norm2(z)))) + z
+        return self.head(self.norm(z[:, 0]))
 
 
-def test_chapter_keys_load_the_chapters_vit_and_give_its_logits() -> None:
+def test_a_vit_named_the_package_s_way_loads_strictly_and_gives_its_logits() -> None:
     torch.manual_seed(0)
     chapter = ChapterViT(img_size=32, patch=8, dim=48, depth=2, heads=3).eval()
     randomize_(chapter)
@@ -278,15 +282,17 @@ def test_chapter_keys_load_the_chapters_vit_and_give_its_logits() -> None:
         heads=3,
         mlp_ratio=2.0,
     )
-    load_renamed(ours, chapter, CHAPTER_KEYS)
+    assert list(ours.state_dict()) == list(chapter.state_dict())
+    ours.load_state_dict(chapter.state_dict())  # strict: the same names and shapes
     x = torch.randn(2, 3, 32, 32)
     with torch.no_grad():
         torch.testing.assert_close(ours.eval()(x), chapter(x), atol=1e-5, rtol=1e-4)
-    # one block alone: chapter 4's TransformerEncoderBlock keys -> Block
-    norm = partial(nn.LayerNorm, eps=1e-6)
-    block = Block(48, 3, 2.0, norm_layer=norm)
-    load_renamed(block, chapter.encoder[1], CHAPTER_KEYS)
-    assert torch.equal(block.mlp.fc2.weight, chapter.encoder[1].mlp_block.mlp[3].weight)
+    # one block alone: the chapter's block -> Block, strictly
+    block = Block(48, 3, 2.0, norm_layer=partial(nn.LayerNorm, eps=1e-6))
+    block.load_state_dict(chapter.blocks[1].state_dict())
+    assert torch.equal(block.mlp.fc2.weight, chapter.blocks[1].mlp.fc2.weight)
+    with pytest.raises(RuntimeError, match="Missing key"):
+        ours.load_state_dict(ChapterViT(32, 8, 48, 1, 3).state_dict())
 
 
 # Attention maps ----------------------------------------------------------------------------

@@ -15,7 +15,6 @@ from going_modular.models.vitbn import (
     ViTBN,
     ViTBNFFN,
     ViTLN,
-    sinusoidal_positions,
 )
 
 NAMES = ("vitbn_vit", "vitbn_ffn", "vitbn")
@@ -139,13 +138,15 @@ def test_every_encoder_block_runs(name):
     assert calls == [0, 1, 2, 3, 4, 5]
 
 
-def test_sinusoidal_positions():
-    pe = sinusoidal_positions(17, 64)
-    assert pe.shape == (17, 64)
+def test_sine_positions_are_the_article_s_pe1d():
+    # sines of dim / 2 frequencies, then the cosines, in a buffer outside the state dict
+    model = build_model("vitbn", pos_embed="sine")
+    pe = model.pos_embed[0]
+    assert pe.shape == (17, 64) and "pos_embed" not in model.state_dict()
     torch.testing.assert_close(pe[0], torch.cat([torch.zeros(32), torch.ones(32)]))
     torch.testing.assert_close(pe[:, :32] ** 2 + pe[:, 32:] ** 2, torch.ones(17, 32))
-    with pytest.raises(ValueError, match="even"):
-        sinusoidal_positions(4, 5)
+    omega = 10_000 ** (-torch.arange(32) / 32)
+    torch.testing.assert_close(pe[:, :32], (torch.arange(17.0)[:, None] * omega).sin())
 
 
 def test_the_article_s_early_return_bug_can_be_replayed():

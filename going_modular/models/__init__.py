@@ -4,16 +4,22 @@
 module             contents
 =================  =============================================================================
 ``layers``         :class:`~.layers.Attention`, :class:`~.layers.Mlp`, :class:`~.layers.Block`,
-                   ``DropPath``, ``record_attention``; key maps for weights with other names
+                   ``DropPath``, ``record_attention``, ``conv_output_size``,
+                   ``sinusoidal_embedding``
 ``vit``            the paper's ViT (``vit_b_16``, ``vit_l_16``, ``vit_h_14``, ``vit_tiny``,
-                   ``vit_cifar_p2``) and loaders for torchvision's weights
-``cct``            ViT-Lite, CVT, CCT for images (``vit_lite_7_4``, ``cvt_7_4``, ``cct_7_3x1``, ...)
-``text_cct``       the text CCT (``TextCCT``, ``text_cct_2``; not registered: it reads token ids)
+                   ``vit_cifar_p2``)
+``cct``            ViT-Lite, CVT, CCT for images (``CompactTransformer``, ``CompactBlock``;
+                   ``vit_lite_7_4``, ``cvt_7_4``, ``cct_7_3x1``, ...)
+``text_cct``       the text CCT (``TextCCT``, ``text_cct_2``, ``text_cct_4``, ``text_cct_6``;
+                   not registered: they read token ids)
 ``vitbn``          the BatchNorm ViTs of chapter 12 (``vitbn_vit``, ``vitbn_ffn``, ``vitbn``)
 ``pretrained``     torchvision's pretrained ViT-B/16 as a frozen feature extractor
 ``tinyvgg``        the CNN of chapter 0
 ``complexity``     ``count_params``, ``count_macs``, ``fvcore_flops``
-``registry``       ``build_model``, ``list_models``, ``register_model``, ``register_variant``
+``convert``        key maps and loaders for weights saved under other names: torchvision's ViT,
+                   ``nn.TransformerEncoderLayer``, the CCT authors' checkpoints
+``checks``         the argument checks the models share
+``registry``       ``build_model``, ``list_models``, ``register_model``
 =================  =============================================================================
 
 Every model and factory names its arguments with one vocabulary:
@@ -30,7 +36,9 @@ Every model and factory names its arguments with one vocabulary:
 
 And the parts of every transformer have the same names (timm's): ``patch_embed`` or
 ``tokenizer``, ``cls_token``, ``pos_embed``, ``pos_drop``, ``blocks`` (each ``norm1``,
-``attn``, ``norm2``, ``mlp``), ``norm`` and ``head``, the classifier.
+``attn``, ``norm2``, ``mlp``), ``norm`` and ``head``, the classifier; and their methods are
+timm's: ``forward(x) = forward_head(forward_features(x))``, ``forward_features`` ending with the
+final norm.
 """
 
 from going_modular.models import (

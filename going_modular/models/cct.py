@@ -1,8 +1,9 @@
 """Compact Transformers for images: ViT-Lite, CVT and CCT of Hassani et al., "Escaping the Big
 Data Paradigm with Compact Transformers" (2021). The text CCT is in ``text_cct.py``.
 
-The three families share one transformer body, :class:`TransformerClassifier`, and differ in
-the tokenizer and the pooling:
+One class, :class:`CompactTransformer`, is the model: a tokenizer module, then the transformer
+(:class:`CompactBlock`), then the pooling (``pool``). The families differ in the tokenizer and
+the pooling, and each is a thin subclass that builds its tokenizer:
 
 =============  =========================================  =============================
 model          tokenizer                                  pooling
@@ -14,11 +15,11 @@ CCT            1-2 x [conv, ReLU, max-pool]               :class:`SeqPool`
 
 Names follow the paper: ``cct_7_3x1`` has 7 encoder layers and 1 convolution with a 3x3 kernel;
 ``vit_lite_7_4`` and ``cvt_7_4`` have 7 layers and 4x4 patches. Layer sizes, initialisation and
-the encoder layer's wiring (``Block(post_attn_norm=True)``) follow the authors' reference code
+the encoder layer's wiring (:class:`CompactBlock`) follow the authors' reference code
 (SHI-Labs/Compact-Transformers), so parameter counts match it; their checkpoints load with
-``load_renamed(model, state_dict, REFERENCE_KEYS)``. Unlike the reference,
+``convert.load_renamed(model, state_dict, convert.REFERENCE_KEYS)``. Unlike the reference,
 ``pos_embed="sine"`` is a fixed buffer (never a parameter) and reaches the model from every
-factory, and ``"none"`` works.
+factory, ``"none"`` works, and ``pool="mean"`` averages the tokens.
 """
 
 from __future__ import annotations
@@ -30,19 +31,26 @@ import torch.nn.functional as F
 from torch import nn
 
 from going_modular.models.checks import check_rates, check_sizes
-from going_modular.models.layers import Block, collect_attention
-from going_modular.models.registry import register_variant
+from going_modular.models.layers import (
+    Block,
+    collect_attention,
+    conv_output_size,
+    sinusoidal_embedding,
+)
+from going_modular.models.registry import register_model
 
 __all__ = [
     "CCT",
     "CVT",
     "POOLS",
     "POS_EMBEDS",
+    "CompactBlock",
     "CompactTransformer",
+    "SIZES",
     "SeqPool",
     "Tokenizer",
-    "TransformerClassifier",
     "ViTLite",
+    "reference_stride_padding",
     "sinusoidal_embedding",
     "cct_14_7x2",
     "cct_2_3x2",
@@ -63,12 +71,19 @@ __all__ = [
 ]
 
 POS_EMBEDS = ("learnable", "sine", "none")
-POOLS = ("seq", "cls")
+POOLS = ("seq", "cls", "mean")
 
 
-def _conv_out(size: int, kernel: int, stride: int, padding: int) -> int:
-    """Output length of a convolution or max-pool (``ceil_mode=False``, dilation 1)."""
-    return (size + 2 * padding - kernel) // stride + 1
+def reference_stride_padding(
+    kernel_size: int, stride: int | None = None, padding: int | None = None
+) -> tuple[int, int]:
+    """The reference's conv stride and padding for a kernel, unless given:
+    ``max(1, k // 2 - 1)`` and ``max(1, k // 2)`` (3x3: stride 1, padding 1; 7x7: 2, 3)."""
+    if stride is None:
+        stride = max(1, kernel_size // 2 - 1)
+    if padding is None:
+        padding = max(1, kernel_size // 2)
+    return stride, padding
 
 
 class Tokenizer(nn.Module):
@@ -151,7 +166,7 @@ class Tokenizer(nn.Module):
                 k, s, p = module.kernel_size, module.stride, module.padding
             else:
                 continue
-            size = [_conv_out(n, k, s, p) for n in size]
+            size = [conv_output_size(n, k, s, p) for n in size]
             if min(size) < 1:
                 raise ValueError(
                     f"Images of {height}x{width} are too small for this tokenizer: use larger "
@@ -171,6 +186,7 @@ class Tokenizer(nn.Module):
         return h * w
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # (B, dim, H', W') -> (B, dim, N) -> (B, N, dim)
         return self.conv_layers(x).flatten(2).transpose(1, 2)
 
 
@@ -201,37 +217,60 @@ class SeqPool(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """(B, N, dim) tokens -> pooled (B, dim) and the (B, N) weights used."""
         weights = self.pool_weights(x, mask)
+        # (B, 1, N) @ (B, N, dim) -> (B, 1, dim) -> (B, dim)
         return (weights.unsqueeze(1) @ x).squeeze(1), weights
 
 
-def sinusoidal_embedding(num_positions: int, dim: int) -> torch.Tensor:
-    """(1, num_positions, dim): PE[p, 2i] = sin(p / 10000^(2i/dim)), PE[p, 2i+1] = cos(same)."""
-    position = torch.arange(num_positions, dtype=torch.float64)[:, None]
-    pair = (torch.arange(dim) // 2).to(torch.float64)  # i for columns 2i and 2i + 1
-    angle = position / 10000 ** (2 * pair / dim)
-    pe = torch.where(torch.arange(dim) % 2 == 0, torch.sin(angle), torch.cos(angle))
-    return pe.to(torch.float32).unsqueeze(0)
+class CompactBlock(Block):
+    """The compact transformers' encoder layer: :class:`~going_modular.models.layers.Block`'s
+    parts, but the residual stream itself is normalised after attention and the MLP's output
+    added to that normalised stream, as SHI-Labs/Compact-Transformers' ``TransformerEncoderLayer``
+    (its ``pre_norm`` is our ``norm1``, its ``norm1`` our ``norm2``)."""
+
+    # x = norm2(x + drop_path(attn(norm1(x))))
+    # x = x + drop_path(mlp(x))
+
+    def forward(
+        self, x: torch.Tensor, attn_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        x = self.norm2(x + self.drop_path(self.attn(self.norm1(x), attn_mask)))
+        return x + self.drop_path(self.mlp(x))
 
 
-class TransformerClassifier(nn.Module):
-    """The compact transformers' body: ``tokenizer``'s (B, N, dim) tokens -> logits.
+def _image_size(img_size: int | tuple[int, int]) -> tuple[int, int]:
+    """``img_size`` as (height, width), checked."""
+    size = (img_size, img_size) if isinstance(img_size, int) else tuple(img_size)
+    if len(size) != 2:
+        raise ValueError(
+            f"img_size must be one size or (height, width), got {img_size!r}."
+        )
+    for side in size:
+        check_sizes(img_size=side)
+    return size
 
-    A class token (``pool="cls"``, ViT-Lite) or not (``"seq"``: :class:`SeqPool`, CVT and CCT),
-    position embeddings (``pos_embed``: ``"learnable"``, a trunc-normal std 0.2 Parameter;
-    ``"sine"``, a fixed buffer, in ``state_dict`` but not in ``parameters()``; ``"none"``),
-    dropout, ``depth`` blocks of the authors' kind (qkv without bias, the stream normalised
-    after attention), a final LayerNorm, the pooling and a Linear ``head``. Stochastic depth
-    rises linearly from 0 in the first block to ``drop_path_rate`` in the last; ``drop_rate``
-    also drops the embedded tokens. Linear weights are trunc-normal std 0.02 with zero biases,
-    LayerNorms ones and zeros. Subclasses call the tokenizer: :class:`CompactTransformer` on
-    images, ``TextCCT`` on word embeddings.
+
+class CompactTransformer(nn.Module):
+    """A tokenizer, then the compact transformer: (B, N, dim) tokens -> logits.
+
+    ``tokenizer`` maps the input to (B, N, dim) tokens; for images (a :class:`Tokenizer`)
+    ``img_size`` gives the token grid (``grid_size``, e.g. to show SeqPool weights as an image:
+    ``model(x, return_pool_weights=True)[1].reshape(-1, *model.grid_size)``), otherwise
+    ``num_tokens`` is N (the text CCT). Then a class token (``pool="cls"``, ViT-Lite) or not
+    (``"seq"``: :class:`SeqPool`, CVT and CCT; ``"mean"``: the tokens' average), position
+    embeddings (``pos_embed``: ``"learnable"``, a trunc-normal std 0.2 Parameter; ``"sine"``, a
+    fixed buffer, in ``state_dict`` but not in ``parameters()``; ``"none"``), dropout, ``depth``
+    :class:`CompactBlock` (qkv without bias), a final LayerNorm, the pooling and a Linear
+    ``head``. Stochastic depth rises linearly from 0 in the first block to ``drop_path_rate`` in
+    the last; ``drop_rate`` also drops the embedded tokens. Linear weights are trunc-normal std
+    0.02 with zero biases, LayerNorms ones and zeros.
     """
 
     def __init__(
         self,
         tokenizer: nn.Module,
-        num_tokens: int,
+        img_size: int | tuple[int, int] | None = None,
         *,
+        num_tokens: int | None = None,
         pool: str = "seq",
         num_classes: int = 10,
         dim: int = 256,
@@ -244,6 +283,16 @@ class TransformerClassifier(nn.Module):
         pos_embed: str = "learnable",
     ):
         super().__init__()
+        if (img_size is None) == (num_tokens is None):
+            raise ValueError(
+                "Give exactly one of img_size (for an image Tokenizer) and num_tokens."
+            )
+        self.img_size = self.grid_size = self.in_channels = None
+        if img_size is not None:
+            self.img_size = _image_size(img_size)
+            self.grid_size = tokenizer.grid_size(*self.img_size)
+            self.in_channels = tokenizer.in_channels
+            num_tokens = self.grid_size[0] * self.grid_size[1]
         check_sizes(
             num_tokens=num_tokens,
             num_classes=num_classes,
@@ -252,29 +301,17 @@ class TransformerClassifier(nn.Module):
             heads=heads,
         )
         check_rates(drop_rate=drop_rate, drop_path_rate=drop_path_rate)
-        if pos_embed not in POS_EMBEDS:
-            raise ValueError(
-                f"Unknown pos_embed {pos_embed!r}: choose one of "
-                f"{', '.join(map(repr, POS_EMBEDS))}."
-            )
-        if pool not in POOLS:
-            raise ValueError(f"Unknown pool {pool!r}: choose 'seq' (SeqPool) or 'cls'.")
+        _check_choice("pos_embed", pos_embed, POS_EMBEDS)
+        _check_choice("pool", pool, POOLS)
         self.tokenizer = tokenizer
         self.num_tokens, self.pool = num_tokens, pool
         self.cls_token = nn.Parameter(torch.zeros(1, 1, dim)) if pool == "cls" else None
         self.seq_pool = SeqPool(dim) if pool == "seq" else None
-        positions = num_tokens + (pool == "cls")
-        if pos_embed == "learnable":
-            self.pos_embed = nn.Parameter(torch.empty(1, positions, dim))
-            nn.init.trunc_normal_(self.pos_embed, std=0.2)
-        elif pos_embed == "sine":
-            self.register_buffer("pos_embed", sinusoidal_embedding(positions, dim))
-        else:
-            self.pos_embed = None
+        self._init_pos_embed(pos_embed, num_tokens + (pool == "cls"), dim)
         self.pos_drop = nn.Dropout(drop_rate)
         rates = torch.linspace(0, drop_path_rate, depth, device="cpu").tolist()
         self.blocks = nn.ModuleList(
-            Block(
+            CompactBlock(
                 dim,
                 heads,
                 mlp_ratio,
@@ -282,12 +319,23 @@ class TransformerClassifier(nn.Module):
                 drop_rate=drop_rate,
                 attn_drop_rate=attn_drop_rate,
                 drop_path_rate=rate,
-                post_attn_norm=True,
             )
             for rate in rates
         )
         self.norm = nn.LayerNorm(dim)
         self.head = nn.Linear(dim, num_classes)
+        self._init_weights()
+
+    def _init_pos_embed(self, pos_embed: str, positions: int, dim: int) -> None:
+        if pos_embed == "learnable":
+            self.pos_embed = nn.Parameter(torch.empty(1, positions, dim))
+            nn.init.trunc_normal_(self.pos_embed, std=0.2)
+        elif pos_embed == "sine":
+            self.register_buffer("pos_embed", sinusoidal_embedding(positions, dim))
+        else:
+            self.pos_embed = None
+
+    def _init_weights(self) -> None:
         for module in self.modules():
             if isinstance(module, nn.Linear):
                 nn.init.trunc_normal_(module.weight, std=0.02)
@@ -297,11 +345,26 @@ class TransformerClassifier(nn.Module):
                 nn.init.ones_(module.weight)
                 nn.init.zeros_(module.bias)
 
+    def tokenize(
+        self, x: torch.Tensor, mask: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The input -> (B, N, dim) tokens and their (B, N) mask (None: all real)."""
+        if self.img_size is not None:
+            expected = (self.in_channels, *self.img_size)
+            if x.ndim != 4 or tuple(x.shape[1:]) != expected:
+                raise ValueError(
+                    f"{type(self).__name__} was built for images of shape (B, {expected[0]}, "
+                    f"{expected[1]}, {expected[2]}) but got {tuple(x.shape)}: resize the "
+                    "images or build the model with matching img_size and in_channels."
+                )
+        return self.tokenizer(x), mask
+
     def _embed(
         self, x: torch.Tensor, mask: torch.Tensor | None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Prepend the class token (and a True mask entry for it), add position embeddings."""
         if self.cls_token is not None:
+            # (B, N, dim) -> (B, 1 + N, dim)
             x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)
             if mask is not None:
                 mask = torch.cat([mask.new_ones(mask.shape[0], 1), mask], dim=1)
@@ -321,7 +384,9 @@ class TransformerClassifier(nn.Module):
         """Tokens (B, N, dim) and an optional (B, N) mask (True = real token) -> the encoded
         tokens after the final LayerNorm, (B, N (+1 with a class token), dim)."""
         x, mask = self._embed(tokens, mask)
-        attn_mask = None if mask is None else mask[:, None, None, :]  # key padding
+        attn_mask = (
+            None if mask is None else mask[:, None, None, :]
+        )  # (B, 1, 1, N): keys
         for block in self.blocks:
             x = block(x, attn_mask)
         return self.norm(x)
@@ -330,10 +395,41 @@ class TransformerClassifier(nn.Module):
         self, x: torch.Tensor, mask: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Encoded tokens -> what the head sees (B, dim), and SeqPool's (B, N) weights (None
-        with a class token)."""
-        if self.seq_pool is None:
+        with a class token or the mean)."""
+        if self.pool == "cls":
             return x[:, 0], None
+        if self.pool == "mean":
+            if mask is None:
+                return x.mean(dim=1), None
+            kept = mask.unsqueeze(-1).to(x.dtype)  # (B, N, 1)
+            return (x * kept).sum(dim=1) / kept.sum(dim=1), None
         return self.seq_pool(x, mask)
+
+    def forward_features(
+        self, x: torch.Tensor, mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """The input -> encoded tokens after the final LayerNorm (B, N (+1), dim)."""
+        return self.encode(*self.tokenize(x, mask))
+
+    def forward_head(
+        self,
+        x: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        *,
+        pre_logits: bool = False,
+        return_pool_weights: bool = False,
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """Encoded tokens (B, N, dim) and their optional (B, N) mask -> logits (B,
+        num_classes), or with ``pre_logits`` the pooled (B, dim); with ``return_pool_weights``
+        also SeqPool's (B, N) weights (SeqPool models only)."""
+        if return_pool_weights and self.seq_pool is None:
+            raise ValueError(
+                f"This model pools with {'a class token' if self.pool == 'cls' else 'the mean'}"
+                ": it has no SeqPool weights."
+            )
+        pooled, weights = self.pool_tokens(x, mask)
+        out = pooled if pre_logits else self.head(pooled)
+        return (out, weights) if return_pool_weights else out
 
     def forward_tokens(
         self,
@@ -341,76 +437,36 @@ class TransformerClassifier(nn.Module):
         mask: torch.Tensor | None = None,
         return_pool_weights: bool = False,
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-        """Tokens (B, N, dim) and an optional (B, N) mask -> logits (B, num_classes); with
-        ``return_pool_weights`` also SeqPool's (B, N) weights (not for class-token models)."""
-        if return_pool_weights and self.seq_pool is None:
-            raise ValueError(
-                "This model pools with a class token: it has no SeqPool weights."
-            )
-        pooled, weights = self.pool_tokens(self.encode(tokens, mask), mask)
-        logits = self.head(pooled)
-        return (logits, weights) if return_pool_weights else logits
-
-
-def _image_size(img_size: int | tuple[int, int]) -> tuple[int, int]:
-    """``img_size`` as (height, width), checked."""
-    size = (img_size, img_size) if isinstance(img_size, int) else tuple(img_size)
-    if len(size) != 2:
-        raise ValueError(
-            f"img_size must be one size or (height, width), got {img_size!r}."
-        )
-    for side in size:
-        check_sizes(img_size=side)
-    return size
-
-
-class CompactTransformer(TransformerClassifier):
-    """A :class:`Tokenizer` and the compact transformer, for images of one size.
-
-    The keywords (``pool``, ``num_classes``, ``dim``, ``depth``, ``heads``, ``mlp_ratio``, the
-    rates, ``pos_embed``) are :class:`TransformerClassifier`'s. ``grid_size`` is the (H', W') token grid, e.g. to show SeqPool weights as an image:
-    ``model(x, return_pool_weights=True)[1].reshape(-1, *model.grid_size)``.
-    """
-
-    def __init__(
-        self, tokenizer: Tokenizer, img_size: int | tuple[int, int], **kwargs: Any
-    ):
-        size = _image_size(img_size)
-        grid = tokenizer.grid_size(*size)
-        super().__init__(tokenizer, grid[0] * grid[1], **kwargs)
-        self.img_size, self.grid_size = size, grid
-        self.in_channels = tokenizer.in_channels
-
-    def _tokens(self, x: torch.Tensor) -> torch.Tensor:
-        expected = (self.in_channels, *self.img_size)
-        if x.ndim != 4 or tuple(x.shape[1:]) != expected:
-            raise ValueError(
-                f"{type(self).__name__} was built for images of shape (B, {expected[0]}, "
-                f"{expected[1]}, {expected[2]}) but got {tuple(x.shape)}: resize the images or "
-                "build the model with matching img_size and in_channels."
-            )
-        return self.tokenizer(x)
+        """Tokens (B, N, dim), as the tokenizer returns them, and an optional (B, N) mask ->
+        logits (B, num_classes) (and SeqPool's weights)."""
+        x = self.encode(tokens, mask)
+        return self.forward_head(x, mask, return_pool_weights=return_pool_weights)
 
     def forward(
         self, x: torch.Tensor, return_pool_weights: bool = False
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """Images (B, C, H, W) -> logits (B, num_classes); with ``return_pool_weights`` also
         the (B, N) SeqPool weights (CVT and CCT only)."""
-        return self.forward_tokens(
-            self._tokens(x), return_pool_weights=return_pool_weights
-        )
+        x = self.forward_features(x)
+        return self.forward_head(x, return_pool_weights=return_pool_weights)
 
-    def get_attention_maps(self, x: torch.Tensor) -> list[torch.Tensor]:
+    def get_attention_maps(self, *inputs: torch.Tensor) -> list[torch.Tensor]:
         """One (B, heads, N, N) attention tensor per block, computed in eval mode."""
-        return collect_attention(self, x)
+        return collect_attention(self, *inputs)
+
+
+def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ValueError(
+            f"Unknown {name} {value!r}: choose one of {', '.join(map(repr, choices))}."
+        )
 
 
 class CCT(CompactTransformer):
     """Compact Convolutional Transformer: ``n_conv_layers`` x [conv, ReLU, max-pool], SeqPool.
 
-    Stride and padding default to the reference's ``max(1, k // 2 - 1)`` and ``max(1, k // 2)``:
-    stride 1, padding 1 for 3x3 kernels; stride 2, padding 3 for 7x7. Other keywords go to
-    :class:`TransformerClassifier`.
+    Stride and padding default to the reference's (:func:`reference_stride_padding`). Other
+    keywords go to :class:`CompactTransformer`.
     """
 
     def __init__(
@@ -425,21 +481,16 @@ class CCT(CompactTransformer):
         padding: int | None = None,
         **kwargs: Any,
     ):
+        stride, padding = reference_stride_padding(kernel_size, stride, padding)
         tokenizer = Tokenizer(
-            in_channels,
-            dim,
-            kernel_size,
-            stride=max(1, kernel_size // 2 - 1) if stride is None else stride,
-            padding=max(1, kernel_size // 2) if padding is None else padding,
-            n_conv_layers=n_conv_layers,
+            in_channels, dim, kernel_size, stride, padding, n_conv_layers=n_conv_layers
         )
         super().__init__(tokenizer, img_size, dim=dim, **kwargs)
 
 
 class ViTLite(CompactTransformer):
-    """ViT-Lite: a small ViT (patch tokenizer, class token) with the compact encoder layers."""
-
-    default_pool = "cls"
+    """ViT-Lite: a small ViT (patch tokenizer, class token) with the compact encoder layers.
+    Other keywords go to :class:`CompactTransformer`."""
 
     def __init__(
         self,
@@ -448,61 +499,137 @@ class ViTLite(CompactTransformer):
         in_channels: int = 3,
         dim: int = 256,
         patch_size: int = 4,
+        pool: str = "cls",
         **kwargs: Any,
     ):
         check_sizes(patch_size=patch_size)
         for side in _image_size(img_size):
             if side % patch_size:
+                multiple = max(patch_size, side // patch_size * patch_size)
                 raise ValueError(
                     f"Image size {side} is not divisible by patch size {patch_size}: use a "
-                    f"multiple of {patch_size} (e.g. {max(patch_size, side // patch_size * patch_size)})."
+                    f"multiple of {patch_size} (e.g. {multiple})."
                 )
         tokenizer = Tokenizer.patchify(in_channels, dim, patch_size)
-        kwargs.setdefault("pool", self.default_pool)
-        super().__init__(tokenizer, img_size, dim=dim, **kwargs)
+        super().__init__(tokenizer, img_size, dim=dim, pool=pool, **kwargs)
 
 
 class CVT(ViTLite):
     """Compact Vision Transformer: ViT-Lite with SeqPool instead of a class token."""
 
-    default_pool = "seq"
+    def __init__(self, *, pool: str = "seq", **kwargs: Any):
+        super().__init__(pool=pool, **kwargs)
 
 
-# Registered factories: name -> arguments, as in the paper ---------------------------------------
-
-# depth -> (dim, heads, mlp_ratio)
-_SIZES: dict[int, tuple[int, int, float]] = {
-    2: (128, 2, 1.0),
-    4: (128, 2, 1.0),
-    6: (256, 4, 2.0),
-    7: (256, 4, 2.0),
-    14: (384, 6, 3.0),
-}
-
-
-def _variant(name: str, cls: type[CompactTransformer], depth: int, **config: Any):
-    dim, heads, mlp_ratio = _SIZES[depth]
-    doc = f"{cls.__name__}, {depth} layers, dim {dim}, {heads} heads, MLP ratio {mlp_ratio:g}."
-    sizes = dict(depth=depth, dim=dim, heads=heads, mlp_ratio=mlp_ratio)
-    return register_variant(name, cls, doc, **sizes, **config)
-
+# Registered factories: the paper's sizes as keywords -------------------------------------------
 
 # ViT-Lite-L/P and CVT-L/P: L layers, PxP patches. CCT-L/KxC: L layers, C convs of kernel K.
-vit_lite_2_4 = _variant("vit_lite_2_4", ViTLite, 2, patch_size=4)
-vit_lite_4_4 = _variant("vit_lite_4_4", ViTLite, 4, patch_size=4)
-vit_lite_6_4 = _variant("vit_lite_6_4", ViTLite, 6, patch_size=4)
-vit_lite_7_4 = _variant("vit_lite_7_4", ViTLite, 7, patch_size=4)
-cvt_2_4 = _variant("cvt_2_4", CVT, 2, patch_size=4)
-cvt_4_4 = _variant("cvt_4_4", CVT, 4, patch_size=4)
-cvt_6_4 = _variant("cvt_6_4", CVT, 6, patch_size=4)
-cvt_7_4 = _variant("cvt_7_4", CVT, 7, patch_size=4)
-cct_2_3x2 = _variant("cct_2_3x2", CCT, 2, kernel_size=3, n_conv_layers=2)
-cct_4_3x2 = _variant("cct_4_3x2", CCT, 4, kernel_size=3, n_conv_layers=2)
-cct_6_3x1 = _variant("cct_6_3x1", CCT, 6, kernel_size=3, n_conv_layers=1)
-cct_6_3x2 = _variant("cct_6_3x2", CCT, 6, kernel_size=3, n_conv_layers=2)
-cct_7_3x1 = _variant("cct_7_3x1", CCT, 7, kernel_size=3, n_conv_layers=1)
-cct_7_3x2 = _variant("cct_7_3x2", CCT, 7, kernel_size=3, n_conv_layers=2)
-cct_7_7x2 = _variant("cct_7_7x2", CCT, 7, img_size=224, kernel_size=7, n_conv_layers=2)
-cct_14_7x2 = _variant(
-    "cct_14_7x2", CCT, 14, img_size=224, kernel_size=7, n_conv_layers=2
-)
+SIZES: dict[
+    int, dict[str, Any]
+] = {  # L layers -> the paper's sizes (also the text CCT's)
+    2: dict(depth=2, dim=128, heads=2, mlp_ratio=1.0),
+    4: dict(depth=4, dim=128, heads=2, mlp_ratio=1.0),
+    6: dict(depth=6, dim=256, heads=4, mlp_ratio=2.0),
+    7: dict(depth=7, dim=256, heads=4, mlp_ratio=2.0),
+    14: dict(depth=14, dim=384, heads=6, mlp_ratio=3.0),
+}
+_PATCH_4 = dict(patch_size=4)
+_CONV_3X1 = dict(kernel_size=3, n_conv_layers=1)
+_CONV_3X2 = dict(kernel_size=3, n_conv_layers=2)
+_CONV_7X2 = dict(img_size=224, kernel_size=7, n_conv_layers=2)
+
+
+@register_model
+def vit_lite_2_4(**kwargs: Any) -> ViTLite:
+    """ViT-Lite-2/4: 2 layers, dim 128, 2 heads, MLP ratio 1, 4x4 patches."""
+    return ViTLite(**{**SIZES[2], **_PATCH_4, **kwargs})
+
+
+@register_model
+def vit_lite_4_4(**kwargs: Any) -> ViTLite:
+    """ViT-Lite-4/4: 4 layers, dim 128, 2 heads, MLP ratio 1, 4x4 patches."""
+    return ViTLite(**{**SIZES[4], **_PATCH_4, **kwargs})
+
+
+@register_model
+def vit_lite_6_4(**kwargs: Any) -> ViTLite:
+    """ViT-Lite-6/4: 6 layers, dim 256, 4 heads, MLP ratio 2, 4x4 patches."""
+    return ViTLite(**{**SIZES[6], **_PATCH_4, **kwargs})
+
+
+@register_model
+def vit_lite_7_4(**kwargs: Any) -> ViTLite:
+    """ViT-Lite-7/4: 7 layers, dim 256, 4 heads, MLP ratio 2, 4x4 patches."""
+    return ViTLite(**{**SIZES[7], **_PATCH_4, **kwargs})
+
+
+@register_model
+def cvt_2_4(**kwargs: Any) -> CVT:
+    """CVT-2/4: 2 layers, dim 128, 2 heads, MLP ratio 1, 4x4 patches, SeqPool."""
+    return CVT(**{**SIZES[2], **_PATCH_4, **kwargs})
+
+
+@register_model
+def cvt_4_4(**kwargs: Any) -> CVT:
+    """CVT-4/4: 4 layers, dim 128, 2 heads, MLP ratio 1, 4x4 patches, SeqPool."""
+    return CVT(**{**SIZES[4], **_PATCH_4, **kwargs})
+
+
+@register_model
+def cvt_6_4(**kwargs: Any) -> CVT:
+    """CVT-6/4: 6 layers, dim 256, 4 heads, MLP ratio 2, 4x4 patches, SeqPool."""
+    return CVT(**{**SIZES[6], **_PATCH_4, **kwargs})
+
+
+@register_model
+def cvt_7_4(**kwargs: Any) -> CVT:
+    """CVT-7/4: 7 layers, dim 256, 4 heads, MLP ratio 2, 4x4 patches, SeqPool."""
+    return CVT(**{**SIZES[7], **_PATCH_4, **kwargs})
+
+
+@register_model
+def cct_2_3x2(**kwargs: Any) -> CCT:
+    """CCT-2/3x2: 2 layers, dim 128, 2 heads, MLP ratio 1, two 3x3 convs."""
+    return CCT(**{**SIZES[2], **_CONV_3X2, **kwargs})
+
+
+@register_model
+def cct_4_3x2(**kwargs: Any) -> CCT:
+    """CCT-4/3x2: 4 layers, dim 128, 2 heads, MLP ratio 1, two 3x3 convs."""
+    return CCT(**{**SIZES[4], **_CONV_3X2, **kwargs})
+
+
+@register_model
+def cct_6_3x1(**kwargs: Any) -> CCT:
+    """CCT-6/3x1: 6 layers, dim 256, 4 heads, MLP ratio 2, one 3x3 conv."""
+    return CCT(**{**SIZES[6], **_CONV_3X1, **kwargs})
+
+
+@register_model
+def cct_6_3x2(**kwargs: Any) -> CCT:
+    """CCT-6/3x2: 6 layers, dim 256, 4 heads, MLP ratio 2, two 3x3 convs."""
+    return CCT(**{**SIZES[6], **_CONV_3X2, **kwargs})
+
+
+@register_model
+def cct_7_3x1(**kwargs: Any) -> CCT:
+    """CCT-7/3x1: 7 layers, dim 256, 4 heads, MLP ratio 2, one 3x3 conv."""
+    return CCT(**{**SIZES[7], **_CONV_3X1, **kwargs})
+
+
+@register_model
+def cct_7_3x2(**kwargs: Any) -> CCT:
+    """CCT-7/3x2: 7 layers, dim 256, 4 heads, MLP ratio 2, two 3x3 convs."""
+    return CCT(**{**SIZES[7], **_CONV_3X2, **kwargs})
+
+
+@register_model
+def cct_7_7x2(**kwargs: Any) -> CCT:
+    """CCT-7/7x2: 7 layers, dim 256, 4 heads, MLP ratio 2, two 7x7 convs, 224x224 images."""
+    return CCT(**{**SIZES[7], **_CONV_7X2, **kwargs})
+
+
+@register_model
+def cct_14_7x2(**kwargs: Any) -> CCT:
+    """CCT-14/7x2: 14 layers, dim 384, 6 heads, MLP ratio 3, two 7x7 convs, 224x224 images."""
+    return CCT(**{**SIZES[14], **_CONV_7X2, **kwargs})

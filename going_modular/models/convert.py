@@ -21,7 +21,6 @@ from going_modular.models.layers import Block
 from going_modular.models.vit import ViT
 
 __all__ = [
-    "CHAPTER_KEYS",
     "REFERENCE_KEYS",
     "TORCHVISION_KEYS",
     "TORCH_LAYER_KEYS",
@@ -134,24 +133,6 @@ TORCH_LAYER_KEYS = [  # nn.TransformerEncoderLayer -> Block (norm1, norm2 keep t
 ]
 r"""Also inside a model: with ``(r"^encoder\.layers\.", "blocks.")`` first, an
 ``nn.TransformerEncoder``'s keys."""
-
-CHAPTER_KEYS = [  # the names of chapters 2-5 (a whole ViT or one block) -> the package's
-    (r"^patch_embedding\.(patcher|proj)\.", "patch_embed.proj."),
-    (r"^class_embedding$", "cls_token"),
-    (r"^position_embedding$", "pos_embed"),
-    (r"^encoder\.(\d+)\.", r"blocks.\1."),
-    (r"(^|\.)msa_block\.layer_norm\.", r"\1norm1."),
-    (r"(^|\.)msa_block\.", r"\1attn."),
-    (r"(^|\.)mlp_block\.layer_norm\.", r"\1norm2."),
-    (r"(^|\.)mlp_block\.mlp\.0\.", r"\1mlp.fc1."),
-    (r"(^|\.)mlp_block\.mlp\.3\.", r"\1mlp.fc2."),
-    (r"^classifier\.0\.", "norm."),
-    (r"^classifier\.1\.", "head."),
-]
-"""Chapter 5's ViT loads into the package's with ``load_renamed(vit, chapter_vit, CHAPTER_KEYS)``,
-chapter 4's block into a :class:`Block` the same way: ``msa_block.layer_norm`` is ``norm1``,
-``msa_block.qkv``/``proj`` are ``attn.qkv``/``proj``, ``mlp_block.layer_norm`` is ``norm2``,
-``mlp_block.mlp.0``/``3`` are ``mlp.fc1``/``fc2``, ``classifier.0``/``1`` are ``norm``/``head``."""
 
 
 def _check_heads(block: Block, source_heads: int) -> None:

@@ -6,28 +6,29 @@ reads like them::
     x = x + drop_path(attn(norm1(x)))      # Eq. 2
     x = x + drop_path(mlp(norm2(x)))       # Eq. 3
 
-The other models are the same block with other arguments, as in timm's ``vision_transformer.py``:
+Other wirings are other classes or other layers passed in, as in timm's ``vision_transformer.py``:
 
 =====================  =====================================================================
-model                  arguments that differ from the ViT's
+model                  block
 =====================  =====================================================================
-ViT-Lite, CVT, CCT     ``qkv_bias=False``, ``post_attn_norm=True``, ``drop_path_rate``
-text CCT               the same, plus an ``attn_mask`` for the padding
-ViTBN family           ``head_dim=64`` (wider than ``dim / heads``), ``norm_layer=TokenBatchNorm``,
-                       ``pre_mlp_norm=False``, ``mlp_norm_layer=TokenBatchNorm``
+ViT-Lite, CVT, CCT     ``cct.CompactBlock`` (the stream itself normalised after attention),
+                       ``qkv_bias=False``, ``drop_path_rate``; the text CCT adds an ``attn_mask``
+ViTBN family           :class:`Block` with ``head_dim=64`` (wider than ``dim / heads``), its norms
+                       as layers: ``norm_layer=TokenBatchNorm``, ``norm2_layer=nn.Identity``,
+                       ``mlp_layer=partial(Mlp, norm_layer=TokenBatchNorm)``
 =====================  =====================================================================
 
 Attention maps come from :func:`record_attention`, a context manager that makes every
-:class:`Attention` inside a model also compute its softmax explicitly and keep it. The key maps
-at the end (:func:`rename_keys`, :func:`load_renamed`) load weights saved under other names:
-torchvision's ViT, ``nn.TransformerEncoderLayer``, the CCT authors' checkpoints.
+:class:`Attention` inside a model also compute its softmax explicitly and keep it.
+:func:`conv_output_size` and :func:`sinusoidal_embedding` are the small helpers the models
+share. Weights saved under other names load with ``going_modular.models.convert``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -39,15 +40,20 @@ __all__ = [
     "Attention",
     "Block",
     "DropPath",
+    "IntOrTensor",
     "Mlp",
     "Norm",
     "collect_attention",
+    "conv_output_size",
     "record_attention",
+    "sinusoidal_embedding",
 ]
 
 Norm = Callable[[int], nn.Module]
 """A norm layer's constructor, called with the number of features: ``nn.LayerNorm``,
 ``functools.partial(nn.LayerNorm, eps=1e-6)``, ``TokenBatchNorm``."""
+
+IntOrTensor = TypeVar("IntOrTensor", int, torch.Tensor)
 
 
 class Attention(nn.Module):
@@ -104,6 +110,7 @@ class Attention(nn.Module):
                 q, k, v, attn_mask=attn_mask, dropout_p=dropout_p
             )
         else:  # the same softmax(q k^T / sqrt(head_dim)) v, with the weights kept
+            # (B, heads, N, head_dim) @ (B, heads, head_dim, N) -> (B, heads, N, N)
             scores = q @ k.transpose(-2, -1) * self.head_dim**-0.5
             if attn_mask is not None:
                 scores = scores.masked_fill(~attn_mask, float("-inf"))
@@ -164,16 +171,19 @@ class DropPath(nn.Module):
 
 
 class Block(nn.Module):
-    """One pre-norm encoder layer: attention, then an MLP of ``int(dim * mlp_ratio)`` features,
-    each added to the residual stream.
+    """One pre-norm encoder layer (the ViT paper's Eq. 2 and 3): attention, then an MLP of
+    ``int(dim * mlp_ratio)`` features, each added to the residual stream.
 
-    ``norm_layer`` builds ``norm1`` and ``norm2``; ``pre_mlp_norm=False`` removes ``norm2`` (the
-    ViTBN models, whose MLP has ``mlp_norm_layer`` inside instead). ``post_attn_norm=True`` is the
-    CCT authors' layer, which normalises the residual stream itself after attention and adds the
-    MLP to that normalised stream. ``drop_rate`` is the dropout after the attention's output
-    projection and the MLP's two Linears; ``drop_path_rate`` the stochastic depth of both
-    branches; the other arguments go to :class:`Attention`.
+    ``norm_layer`` builds ``norm1`` and ``norm2`` (``norm2_layer``, if given, builds ``norm2``:
+    ``nn.Identity`` removes it); ``mlp_layer`` builds the MLP, called as
+    ``mlp_layer(dim, hidden_dim, drop_rate=drop_rate)`` (``partial(Mlp, norm_layer=...)`` for an
+    MLP with a norm inside). ``drop_rate`` is the dropout after the attention's output projection
+    and the MLP's two Linears; ``drop_path_rate`` the stochastic depth of both branches; the
+    other arguments go to :class:`Attention`.
     """
+
+    # x = x + drop_path(attn(norm1(x)))      Eq. 2
+    # x = x + drop_path(mlp(norm2(x)))       Eq. 3
 
     def __init__(
         self,
@@ -187,9 +197,8 @@ class Block(nn.Module):
         attn_drop_rate: float = 0.0,
         drop_path_rate: float = 0.0,
         norm_layer: Norm = nn.LayerNorm,
-        pre_mlp_norm: bool = True,
-        mlp_norm_layer: Norm | None = None,
-        post_attn_norm: bool = False,
+        norm2_layer: Norm | None = None,
+        mlp_layer: Callable[..., nn.Module] = Mlp,
     ):
         super().__init__()
         check_positive(mlp_ratio=mlp_ratio)
@@ -199,9 +208,6 @@ class Block(nn.Module):
                 f"mlp_ratio={mlp_ratio} gives an MLP of width int({dim} * {mlp_ratio}) = 0: "
                 "use a larger mlp_ratio."
             )
-        if post_attn_norm and not pre_mlp_norm:
-            raise ValueError("post_attn_norm=True needs norm2: keep pre_mlp_norm=True.")
-        self.post_attn_norm = post_attn_norm
         self.norm1 = norm_layer(dim)
         self.attn = Attention(
             dim,
@@ -211,22 +217,50 @@ class Block(nn.Module):
             attn_drop_rate=attn_drop_rate,
             drop_rate=drop_rate,
         )
-        self.norm2 = norm_layer(dim) if pre_mlp_norm else nn.Identity()
-        self.mlp = Mlp(
-            dim, int(dim * mlp_ratio), drop_rate=drop_rate, norm_layer=mlp_norm_layer
-        )
+        self.norm2 = (norm2_layer or norm_layer)(dim)
+        self.mlp = mlp_layer(dim, int(dim * mlp_ratio), drop_rate=drop_rate)
         self.drop_path = DropPath(drop_path_rate)
 
     def forward(
         self, x: torch.Tensor, attn_mask: torch.Tensor | None = None
     ) -> torch.Tensor:
         x = x + self.drop_path(self.attn(self.norm1(x), attn_mask))
-        if self.post_attn_norm:
-            # CCT: the stream itself is normalised, and the MLP's output added to it
-            x = self.norm2(x)
-            return x + self.drop_path(self.mlp(x))
         x = x + self.drop_path(self.mlp(self.norm2(x)))
         return x
+
+
+# Helpers shared by the models -------------------------------------------------------------------
+
+
+def conv_output_size(
+    size: IntOrTensor, kernel_size: int, stride: int = 1, padding: int = 0
+) -> IntOrTensor:
+    """Output length of a convolution or max-pool along one axis (dilation 1,
+    ``ceil_mode=False``); ``size`` may be a tensor of lengths."""
+    return (size + 2 * padding - kernel_size) // stride + 1
+
+
+def sinusoidal_embedding(
+    num_positions: int, dim: int, *, interleave: bool = True
+) -> torch.Tensor:
+    """Fixed positions (1, num_positions, dim) of "Attention Is All You Need":
+    angle(p, i) = p / 10000^(2i / dim), computed in float64 and returned as float32.
+
+    ``interleave=True`` (the compact transformers') puts sin(angle(p, i)) in column 2i and
+    cos(angle(p, i)) in column 2i + 1; ``interleave=False`` (the ViTBN article's ``pe1d``, which
+    needs an even ``dim``) puts the dim / 2 sines first, then the cosines.
+    """
+    if not interleave and dim % 2:
+        raise ValueError(f"Sinusoidal positions need an even dim, got {dim}.")
+    position = torch.arange(num_positions, dtype=torch.float64)[:, None]
+    pair = torch.arange((dim + 1) // 2, dtype=torch.float64)  # i
+    angle = position / 10000 ** (2 * pair / dim)  # (num_positions, ceil(dim / 2))
+    if interleave:
+        # (P, ceil(dim / 2), 2) -> (P, 2 * ceil(dim / 2)): sin, cos, sin, cos, ...
+        pe = torch.stack([angle.sin(), angle.cos()], dim=-1).flatten(1)[:, :dim]
+    else:
+        pe = torch.cat([angle.sin(), angle.cos()], dim=1)  # (P, dim)
+    return pe.to(torch.float32).unsqueeze(0)
 
 
 # Attention maps ---------------------------------------------------------------------------------

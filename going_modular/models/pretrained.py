@@ -179,7 +179,7 @@ def create_vit_feature_extractor(
     return model, weights_transforms(enum), pretrained
 
 
-@register_model("vit_b_16_pretrained")
+@register_model
 def vit_b_16_pretrained(
     num_classes: int = 3,
     img_size: int = 224,

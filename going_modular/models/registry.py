@@ -7,14 +7,23 @@ from typing import Any
 
 from torch import nn
 
-__all__ = ["build_model", "list_models", "register_model", "register_variant"]
+__all__ = ["build_model", "list_models", "register_model"]
 
 ModelFactory = Callable[..., nn.Module]
 _REGISTRY: dict[str, ModelFactory] = {}
 
 
-def register_model(name: str) -> Callable[[ModelFactory], ModelFactory]:
-    """Decorator: make ``factory`` buildable as ``build_model(name, ...)``."""
+def register_model(
+    name_or_factory: str | ModelFactory,
+) -> ModelFactory | Callable[[ModelFactory], ModelFactory]:
+    """Decorator: make a factory buildable as ``build_model(name, ...)``.
+
+    ``@register_model`` registers the function under its own name, ``@register_model("name")``
+    under ``name``.
+    """
+    if callable(name_or_factory):
+        return register_model(name_or_factory.__name__)(name_or_factory)
+    name = name_or_factory
 
     def decorator(factory: ModelFactory) -> ModelFactory:
         if name in _REGISTRY:
@@ -23,26 +32,6 @@ def register_model(name: str) -> Callable[[ModelFactory], ModelFactory]:
         return factory
 
     return decorator
-
-
-def register_variant(
-    name: str, cls: Callable[..., nn.Module], doc: str, **config: Any
-) -> ModelFactory:
-    """Register ``name`` as ``cls`` built with ``config``: ``build_model(name, **overrides)``
-    returns ``cls(**(config | overrides))``. Returns the factory, named ``name`` in the
-    module of ``cls``."""
-
-    def factory(**overrides: Any) -> nn.Module:
-        return cls(**(config | overrides))
-
-    settings = ", ".join(f"{key}={value!r}" for key, value in config.items())
-    factory.__name__ = factory.__qualname__ = name
-    # where the variant is declared: beside its class
-    factory.__module__ = cls.__module__
-    factory.__doc__ = (
-        f"{doc}\n\n``{cls.__name__}({settings})``; any argument can be overridden."
-    )
-    return register_model(name)(factory)
 
 
 def list_models() -> list[str]:

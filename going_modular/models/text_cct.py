@@ -1,7 +1,7 @@
 """The Compact Convolutional Transformer for text (Hassani et al., 2021, section 4.3).
 
 Word embeddings, a 1-D convolutional :class:`TextTokenizer`, and the image models' transformer
-body (:class:`~going_modular.models.cct.TransformerClassifier` with SeqPool). Unlike the
+body (:class:`~going_modular.models.cct.CompactTransformer` with SeqPool). Unlike the
 authors' reference, the padding masks work: their tokenizer returns masks in a shape their
 attention rejects, their SeqPool ignores them, and their text position tables have one row too
 many (chapter 11 shows each of these). Here padding changes nothing: the logits of a padded
@@ -15,11 +15,15 @@ from typing import Any
 import torch
 from torch import nn
 
-from going_modular.models.cct import TransformerClassifier
+from going_modular.models.cct import (
+    SIZES,
+    CompactTransformer,
+    reference_stride_padding,
+)
 from going_modular.models.checks import check_sizes
-from going_modular.models.layers import collect_attention
+from going_modular.models.layers import IntOrTensor, conv_output_size
 
-__all__ = ["TextCCT", "TextTokenizer", "text_cct_2"]
+__all__ = ["TextCCT", "TextTokenizer", "text_cct_2", "text_cct_4", "text_cct_6"]
 
 
 class TextTokenizer(nn.Module):
@@ -62,19 +66,36 @@ class TextTokenizer(nn.Module):
         )
         nn.init.kaiming_normal_(self.conv_layers[0].weight)
 
-    def _conv_length(self, length: torch.Tensor | int) -> torch.Tensor | int:
+    def _conv_length(self, length: IntOrTensor) -> IntOrTensor:
         conv = self.conv_layers[0]
-        return (length + 2 * conv.padding[0] - conv.kernel_size[0]) // conv.stride[
-            0
-        ] + 1
+        return conv_output_size(
+            length, conv.kernel_size[0], conv.stride[0], conv.padding[0]
+        )
 
-    def _pool_length(self, length: torch.Tensor | int) -> torch.Tensor | int:
+    def sequence_length(self, seq_len: IntOrTensor) -> IntOrTensor:
+        """Number of tokens N for ``seq_len`` words (an int or a tensor of lengths)."""
         pool = self.conv_layers[2]
-        return (length + 2 * pool.padding - pool.kernel_size) // pool.stride + 1
+        return conv_output_size(
+            self._conv_length(seq_len), pool.kernel_size, pool.stride, pool.padding
+        )
 
-    def sequence_length(self, seq_len: int) -> int:
-        """Number of tokens N for ``seq_len`` words."""
-        return self._pool_length(self._conv_length(seq_len))
+    def num_tokens(self, seq_len: int) -> int:
+        """Number of tokens N for sequences of ``seq_len`` words; ValueError if none."""
+        tokens = self.sequence_length(seq_len)
+        if tokens < 1:
+            raise ValueError(
+                f"seq_len={seq_len} leaves no tokens after the convolution and pooling: "
+                "use longer sequences or a smaller kernel_size or pooling."
+            )
+        return tokens
+
+    def token_mask(self, mask: torch.Tensor | None) -> torch.Tensor | None:
+        """(B, L) padding mask of the words -> (B, N) mask of the tokens they give."""
+        if mask is None:
+            return None
+        lengths = mask.sum(dim=1, keepdim=True)  # (B, 1) real words per sequence
+        tokens = torch.arange(self.sequence_length(mask.shape[1]), device=mask.device)
+        return tokens < self.sequence_length(lengths)  # (B, N)
 
     def forward(
         self, x: torch.Tensor, mask: torch.Tensor | None = None
@@ -82,17 +103,17 @@ class TextTokenizer(nn.Module):
         """(B, L, E) embeddings and optional (B, L) mask -> (B, N, dim) tokens and (B, N) mask."""
         conv, relu, pool = self.conv_layers
         if mask is None:
+            # (B, L, E) -> (B, E, L) -> (B, dim, N) -> (B, N, dim)
             return pool(relu(conv(x.transpose(1, 2)))).transpose(1, 2), None
         lengths = mask.sum(dim=1, keepdim=True)  # (B, 1) real words per sequence
         x = relu(conv((x * mask.unsqueeze(-1)).transpose(1, 2)))  # (B, dim, L1)
         positions = torch.arange(x.shape[-1], device=x.device)
-        x = pool(x * (positions < self._conv_length(lengths))[:, None])
-        token_lengths = self._pool_length(self._conv_length(lengths))
-        token_mask = torch.arange(x.shape[-1], device=x.device) < token_lengths
-        return (x * token_mask[:, None]).transpose(1, 2), token_mask
+        x = pool(x * (positions < self._conv_length(lengths))[:, None])  # (B, dim, N)
+        token_mask = self.token_mask(mask)
+        return (x * token_mask[:, None]).transpose(1, 2), token_mask  # (B, N, dim)
 
 
-class TextCCT(TransformerClassifier):
+class TextCCT(CompactTransformer):
     """CCT for text classification: word embedding, :class:`TextTokenizer`, transformer, SeqPool.
 
     ``forward(token_ids, mask)`` takes (B, L) token ids with L <= ``seq_len`` and an optional
@@ -132,39 +153,25 @@ class TextCCT(TransformerClassifier):
             seq_len=seq_len,
             word_embedding_dim=word_embedding_dim,
         )
-        if embedding_weights is None:
-            embedding = nn.Embedding(
-                vocab_size, word_embedding_dim, padding_idx=padding_idx
-            )
-            embedding.weight.requires_grad_(not freeze_embedding)
-        else:
-            if tuple(embedding_weights.shape) != (vocab_size, word_embedding_dim):
-                raise ValueError(
-                    f"embedding_weights has shape {tuple(embedding_weights.shape)}, expected "
-                    f"(vocab_size, word_embedding_dim) = ({vocab_size}, {word_embedding_dim})."
-                )
-            embedding = nn.Embedding.from_pretrained(
-                embedding_weights, freeze=freeze_embedding, padding_idx=padding_idx
-            )
+        embedding = _word_embedding(
+            vocab_size,
+            word_embedding_dim,
+            padding_idx,
+            embedding_weights,
+            freeze_embedding,
+        )
         tokenizer = TextTokenizer(
             word_embedding_dim,
             dim,
             kernel_size,
-            stride=max(1, kernel_size // 2 - 1) if stride is None else stride,
-            padding=max(1, kernel_size // 2) if padding is None else padding,
+            *reference_stride_padding(kernel_size, stride, padding),
             pooling_kernel_size=pooling_kernel_size,
             pooling_stride=pooling_stride,
             pooling_padding=pooling_padding,
         )
-        tokens = tokenizer.sequence_length(seq_len)
-        if tokens < 1:
-            raise ValueError(
-                f"seq_len={seq_len} leaves no tokens after the convolution and pooling: "
-                "use longer sequences or a smaller kernel_size or pooling."
-            )
         super().__init__(
             tokenizer,
-            tokens,
+            num_tokens=tokenizer.num_tokens(seq_len),
             pool="seq",
             num_classes=num_classes,
             dim=dim,
@@ -177,29 +184,18 @@ class TextCCT(TransformerClassifier):
         self.embedding = embedding
         self.seq_len = seq_len
 
-    def _tokens(
-        self, token_ids: torch.Tensor, mask: torch.Tensor | None
+    def tokenize(
+        self, token_ids: torch.Tensor, mask: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(B, L) token ids and optional (B, L) mask -> (B, N, dim) tokens and (B, N) mask."""
         if token_ids.ndim != 2 or token_ids.shape[1] > self.seq_len:
             raise ValueError(
                 f"Expected token ids of shape (B, L) with L <= seq_len={self.seq_len}, got "
                 f"{tuple(token_ids.shape)}."
             )
         if mask is not None:
-            if mask.shape != token_ids.shape:
-                raise ValueError(
-                    f"mask shape {tuple(mask.shape)} differs from token_ids "
-                    f"{tuple(token_ids.shape)}."
-                )
+            _check_padding_mask(mask, token_ids)
             mask = mask.bool()
-            if (mask[:, 1:] & ~mask[:, :-1]).any():
-                raise ValueError(
-                    "mask must be right-padded: True for the real tokens, then False."
-                )
-            if not mask[:, 0].all():
-                raise ValueError(
-                    "Every sequence needs at least one real token (mask[:, 0] True)."
-                )
         return self.tokenizer(self.embedding(token_ids), mask)
 
     def forward(
@@ -210,14 +206,53 @@ class TextCCT(TransformerClassifier):
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """(B, L) token ids and optional (B, L) mask -> logits (B, num_classes); with
         ``return_pool_weights`` also SeqPool's (B, N) weights over the conv tokens."""
-        tokens, mask = self._tokens(token_ids, mask)
-        return self.forward_tokens(tokens, mask, return_pool_weights)
+        x = self.forward_features(token_ids, mask)
+        token_mask = None if mask is None else self.tokenizer.token_mask(mask.bool())
+        return self.forward_head(x, token_mask, return_pool_weights=return_pool_weights)
 
-    def get_attention_maps(
-        self, token_ids: torch.Tensor, mask: torch.Tensor | None = None
-    ) -> list[torch.Tensor]:
-        """One (B, heads, N, N) attention tensor per block, computed in eval mode."""
-        return collect_attention(self, token_ids, mask)
+
+def _word_embedding(
+    vocab_size: int,
+    word_embedding_dim: int,
+    padding_idx: int | None,
+    weights: torch.Tensor | None,
+    freeze: bool,
+) -> nn.Embedding:
+    """A new (vocab_size, word_embedding_dim) embedding, or one holding ``weights``."""
+    if weights is None:
+        embedding = nn.Embedding(
+            vocab_size, word_embedding_dim, padding_idx=padding_idx
+        )
+        embedding.weight.requires_grad_(not freeze)
+        return embedding
+    if tuple(weights.shape) != (vocab_size, word_embedding_dim):
+        raise ValueError(
+            f"embedding_weights has shape {tuple(weights.shape)}, expected "
+            f"(vocab_size, word_embedding_dim) = ({vocab_size}, {word_embedding_dim})."
+        )
+    return nn.Embedding.from_pretrained(weights, freeze=freeze, padding_idx=padding_idx)
+
+
+def _check_padding_mask(mask: torch.Tensor, token_ids: torch.Tensor) -> None:
+    if mask.shape != token_ids.shape:
+        raise ValueError(
+            f"mask shape {tuple(mask.shape)} differs from token_ids "
+            f"{tuple(token_ids.shape)}."
+        )
+    mask = mask.bool()
+    if (mask[:, 1:] & ~mask[:, :-1]).any():
+        raise ValueError(
+            "mask must be right-padded: True for the real tokens, then False."
+        )
+    if not mask[:, 0].all():
+        raise ValueError(
+            "Every sequence needs at least one real token (mask[:, 0] True)."
+        )
+
+
+# Factories (not registered: the models read token ids) -----------------------------------------
+# SHI-Labs/Compact-Transformers' src/text/cct.py defines text_cct_2, text_cct_4 and text_cct_6
+# with the sizes of the image CCT-2, CCT-4 and CCT-6 (cct.SIZES) and 300-wide word embeddings.
 
 
 def text_cct_2(
@@ -228,12 +263,50 @@ def text_cct_2(
     **kwargs: Any,
 ) -> TextCCT:
     """The paper's text CCT-2: 2 layers, dim 128, 2 heads, MLP ratio 1, 300-wide word
-    embeddings (the reference uses kernel 1, 2 or 4); other keywords go to :class:`TextCCT`."""
-    sizes = dict(dim=128, depth=2, heads=2, mlp_ratio=1.0)
+    embeddings (the reference uses kernel 1, 2 or 4); other keywords go to :class:`TextCCT`.
+    As ``text_cct_2`` of SHI-Labs/Compact-Transformers' ``src/text/cct.py``."""
     return TextCCT(
         vocab_size,
         num_classes,
         kernel_size=kernel_size,
         seq_len=seq_len,
-        **(sizes | kwargs),
+        **(SIZES[2] | kwargs),
+    )
+
+
+def text_cct_4(
+    vocab_size: int,
+    num_classes: int,
+    kernel_size: int = 2,
+    seq_len: int = 64,
+    **kwargs: Any,
+) -> TextCCT:
+    """The paper's text CCT-4: 4 layers, dim 128, 2 heads, MLP ratio 1, 300-wide word
+    embeddings, as ``text_cct_4`` of SHI-Labs/Compact-Transformers' ``src/text/cct.py``;
+    other keywords go to :class:`TextCCT`."""
+    return TextCCT(
+        vocab_size,
+        num_classes,
+        kernel_size=kernel_size,
+        seq_len=seq_len,
+        **(SIZES[4] | kwargs),
+    )
+
+
+def text_cct_6(
+    vocab_size: int,
+    num_classes: int,
+    kernel_size: int = 2,
+    seq_len: int = 64,
+    **kwargs: Any,
+) -> TextCCT:
+    """The paper's text CCT-6: 6 layers, dim 256, 4 heads, MLP ratio 2, 300-wide word
+    embeddings, as ``text_cct_6`` of SHI-Labs/Compact-Transformers' ``src/text/cct.py``;
+    other keywords go to :class:`TextCCT`."""
+    return TextCCT(
+        vocab_size,
+        num_classes,
+        kernel_size=kernel_size,
+        seq_len=seq_len,
+        **(SIZES[6] | kwargs),
     )

@@ -58,7 +58,7 @@ class TinyVGG(nn.Module):
         return self.head(self.features(x))
 
 
-@register_model("tinyvgg")
+@register_model
 def tinyvgg(
     num_classes: int = 3,
     img_size: int = 64,

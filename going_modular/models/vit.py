@@ -11,15 +11,14 @@ Figure 1 and section 3.1 of the paper, piece by piece:
 (:class:`~going_modular.models.layers.Block` is in ``layers.py``, shared by every model.)
 Table 1's ViT-Base/Large/Huge are the registered ``vit_b_16``, ``vit_l_16`` and ``vit_h_14``;
 ``vit_tiny`` and ``vit_cifar_p2`` are small ViTs for training from scratch. The attribute names
-are timm's, so a timm ``VisionTransformer``'s state dict loads as it is; the key maps
-:data:`TORCHVISION_KEYS`, :data:`TORCH_LAYER_KEYS` and :data:`CHAPTER_KEYS` load torchvision's
-ViT, ``nn.TransformerEncoderLayer`` and the classes chapters 2-5 write (the paper's names).
+and methods are timm's: a timm ``VisionTransformer``'s state dict loads as it is, and
+``forward(x) = forward_head(forward_features(x))``, where ``forward_features`` ends with the
+final norm. The key maps of ``convert.py`` load torchvision's ViT and ``nn.TransformerEncoderLayer``.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -33,7 +32,7 @@ from going_modular.models.checks import (
     check_sizes,
 )
 from going_modular.models.layers import Block, collect_attention
-from going_modular.models.registry import register_variant
+from going_modular.models.registry import register_model
 
 __all__ = [
     "PatchEmbedding",
@@ -174,13 +173,18 @@ class ViT(nn.Module):
         return self.pos_drop(torch.cat([cls_token, patches], dim=1) + self.pos_embed)
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
-        """Images (B, C, H, W) -> z_L (B, N + 1, dim), the blocks' output before the final norm."""
-        return self.blocks(self._embed(x))
+        """Images (B, C, H, W) -> normalised tokens (B, N + 1, dim): Eq. 1-3 and Eq. 4's LN."""
+        return self.norm(self.blocks(self._embed(x)))
+
+    def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
+        """Normalised tokens (B, N + 1, dim) -> logits (B, num_classes) from the class token
+        (Eq. 4); with ``pre_logits`` the class token's (B, dim) features the head sees."""
+        x = x[:, 0]
+        return x if pre_logits else self.head(x)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Images (B, C, H, W) -> logits (B, num_classes) from the class token (Eq. 4); the norm
-        sees the class token only (the same result as normalising every token first)."""
-        return self.head(self.norm(self.forward_features(x)[:, 0]))
+        """Images (B, C, H, W) -> logits (B, num_classes)."""
+        return self.forward_head(self.forward_features(x))
 
     def get_attention_maps(self, x: torch.Tensor) -> list[torch.Tensor]:
         """One (B, heads, N + 1, N + 1) attention tensor per block, computed in eval mode.
@@ -191,55 +195,60 @@ class ViT(nn.Module):
         return collect_attention(self, x)
 
 
-# Registered factories: one line each, (patch_size, depth, dim, heads, mlp_ratio) ---------------
+# Registered factories: the sizes of each as keywords ------------------------------------------
 
-
-def _variant(
-    name: str,
-    doc: str,
-    sizes: tuple[int, int, int, int, float],
-    **config: Any,
-) -> Callable[..., ViT]:
-    patch_size, depth, dim, heads, mlp_ratio = sizes
-    return register_variant(
-        name,
-        ViT,
-        doc,
-        patch_size=patch_size,
-        depth=depth,
-        dim=dim,
-        heads=heads,
-        mlp_ratio=mlp_ratio,
-        **config,
-    )
-
-
-vit_b_16 = _variant(
-    "vit_b_16", "Table 1's ViT-Base/16 (86.6M parameters).", (16, 12, 768, 12, 4.0)
-)
-vit_l_16 = _variant(
-    "vit_l_16", "Table 1's ViT-Large/16 (304.3M).", (16, 24, 1024, 16, 4.0)
-)
-vit_h_14 = _variant(
-    "vit_h_14", "Table 1's ViT-Huge/14 (632.0M).", (14, 32, 1280, 16, 4.0)
-)
-vit_tiny = _variant(
-    "vit_tiny",
-    "A ViT small enough to train from scratch on a few hundred images on a CPU: DeiT-Tiny's "
-    "width (dim 192, 3 heads of 64) but 4 layers and an MLP ratio of 2 for about 1.4M "
-    "parameters; dropout 0.1 everywhere but in attention, since small data overfits. Other "
-    "sizes via overrides, e.g. ``img_size=64, patch_size=8``.",
-    (16, 4, 192, 3, 2.0),
-)
-vit_cifar_p2 = _variant(
-    "vit_cifar_p2",
-    "The 2.7M-parameter CIFAR-10 ViT of jordandeklerk/vit's FLOP table (chapter 13): patch 2 "
-    "on 32x32 images (256 patches + 1 class token), 12 heads of 16, qkv bias, no dropout: "
-    "2,725,632 parameters without the head. ``patch_size`` changes only the tokenizer, e.g. "
-    "``patch_size=4`` for 64 patches.",
-    (2, 9, 192, 12, 2.0),
+_VIT_B_16 = dict(patch_size=16, depth=12, dim=768, heads=12, mlp_ratio=4.0)
+_VIT_L_16 = dict(patch_size=16, depth=24, dim=1024, heads=16, mlp_ratio=4.0)
+_VIT_H_14 = dict(patch_size=14, depth=32, dim=1280, heads=16, mlp_ratio=4.0)
+_VIT_TINY = dict(patch_size=16, depth=4, dim=192, heads=3, mlp_ratio=2.0)
+_VIT_CIFAR_P2 = dict(
     img_size=32,
+    patch_size=2,
     num_classes=10,
+    depth=9,
+    dim=192,
+    heads=12,
+    mlp_ratio=2.0,
     drop_rate=0.0,
     pos_drop_rate=0.0,
 )
+
+
+@register_model
+def vit_b_16(**kwargs: Any) -> ViT:
+    """Table 1's ViT-Base/16 (86.6M parameters): ``ViT(patch_size=16, depth=12, dim=768,
+    heads=12, mlp_ratio=4.0)``; any argument can be overridden."""
+    return ViT(**{**_VIT_B_16, **kwargs})
+
+
+@register_model
+def vit_l_16(**kwargs: Any) -> ViT:
+    """Table 1's ViT-Large/16 (304.3M): ``ViT(patch_size=16, depth=24, dim=1024, heads=16,
+    mlp_ratio=4.0)``; any argument can be overridden."""
+    return ViT(**{**_VIT_L_16, **kwargs})
+
+
+@register_model
+def vit_h_14(**kwargs: Any) -> ViT:
+    """Table 1's ViT-Huge/14 (632.0M): ``ViT(patch_size=14, depth=32, dim=1280, heads=16,
+    mlp_ratio=4.0)``; any argument can be overridden."""
+    return ViT(**{**_VIT_H_14, **kwargs})
+
+
+@register_model
+def vit_tiny(**kwargs: Any) -> ViT:
+    """A ViT small enough to train from scratch on a few hundred images on a CPU: DeiT-Tiny's
+    width (dim 192, 3 heads of 64) but 4 layers and an MLP ratio of 2 for about 1.4M
+    parameters; dropout 0.1 everywhere but in attention, since small data overfits:
+    ``ViT(patch_size=16, depth=4, dim=192, heads=3, mlp_ratio=2.0)``. Other sizes via
+    overrides, e.g. ``img_size=64, patch_size=8``."""
+    return ViT(**{**_VIT_TINY, **kwargs})
+
+
+@register_model
+def vit_cifar_p2(**kwargs: Any) -> ViT:
+    """The 2.7M-parameter CIFAR-10 ViT of jordandeklerk/vit's FLOP table (chapter 13): patch 2
+    on 32x32 images (256 patches + 1 class token), 9 layers, 12 heads of 16, qkv bias, no
+    dropout: 2,725,632 parameters without the head. ``patch_size`` changes only the tokenizer,
+    e.g. ``patch_size=4`` for 64 patches."""
+    return ViT(**{**_VIT_CIFAR_P2, **kwargs})

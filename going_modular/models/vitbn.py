@@ -4,7 +4,8 @@ All three share one skeleton, a small ViT in the style of lucidrains' ``vit-pyto
 
 * patches cut into vectors of ``in_channels * patch_size**2`` values, normalised, projected
   to ``dim`` and normalised again; a class token; learned (``pos_embed="learnable"``) or fixed
-  1-D sinusoidal (``"sine"``, the article's ``pe1d``) positions;
+  1-D sinusoidal (``"sine"``, the article's ``pe1d``: ``sinusoidal_embedding(...,
+  interleave=False)``, sines then cosines) positions;
 * ``depth`` pre-norm blocks (:class:`~going_modular.models.layers.Block`): attention with
   ``heads`` heads of ``head_dim`` (so the attention's inner width ``heads * head_dim``, 512,
   exceeds ``dim``, 64), then an MLP of ``int(dim * mlp_ratio)`` features (128); a final norm;
@@ -28,13 +29,15 @@ and the class token and learned positions are standard normal, as in the article
 from __future__ import annotations
 
 from collections.abc import Iterable
+from functools import partial
+from typing import Any
 
 import torch
 from torch import nn
 
 from going_modular.models.checks import check_patch_grid, check_rates, check_sizes
-from going_modular.models.layers import Block, Norm
-from going_modular.models.registry import register_variant
+from going_modular.models.layers import Block, Mlp, Norm, sinusoidal_embedding
+from going_modular.models.registry import register_model
 
 __all__ = [
     "Patchify",
@@ -43,7 +46,6 @@ __all__ = [
     "ViTBN",
     "ViTBNFFN",
     "ViTLN",
-    "sinusoidal_positions",
     "vitbn",
     "vitbn_ffn",
     "vitbn_vit",
@@ -65,19 +67,8 @@ class TokenBatchNorm(nn.BatchNorm1d):
                 f"TokenBatchNorm expects tokens shaped (batch, tokens, features), got "
                 f"shape {tuple(x.shape)}."
             )
+        # (B, N, D) -> (B, D, N), normalised, -> (B, N, D)
         return super().forward(x.transpose(1, 2)).transpose(1, 2)
-
-
-def sinusoidal_positions(tokens: int, dim: int, base: float = 10_000.0) -> torch.Tensor:
-    """Fixed 1-D positions (tokens, dim): sines of ``dim / 2`` frequencies, then cosines.
-
-    Frequency k is ``base ** (-k / (dim / 2))``, k = 0, ..., dim / 2 - 1.
-    """
-    if dim % 2:
-        raise ValueError(f"Sinusoidal positions need an even dim, got {dim}.")
-    omega = base ** (-torch.arange(dim // 2) / (dim // 2))
-    angles = torch.arange(tokens)[:, None] * omega[None, :]
-    return torch.cat([angles.sin(), angles.cos()], dim=1)
 
 
 class Patchify(nn.Module):
@@ -90,6 +81,7 @@ class Patchify(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, c, h, w = x.shape
         p = self.patch_size
+        # (B, C, H/p, p, W/p, p) -> (B, H/p, W/p, p, p, C) -> (B, N, p * p * C)
         x = x.reshape(b, c, h // p, p, w // p, p).permute(0, 2, 4, 3, 5, 1)
         return x.reshape(b, (h // p) * (w // p), p * p * c)
 
@@ -164,11 +156,7 @@ class ViTLN(nn.Module):
             self.embed_norm(dim),
         )
         self.cls_token = nn.Parameter(torch.randn(1, 1, dim))
-        if pos_embed == "learnable":
-            self.pos_embed = nn.Parameter(torch.randn(1, num_patches + 1, dim))
-        else:
-            positions = sinusoidal_positions(num_patches + 1, dim)[None]
-            self.register_buffer("pos_embed", positions, persistent=False)
+        self._init_pos_embed(pos_embed, num_patches + 1, dim)
         self.pos_drop = nn.Dropout(pos_drop_rate)
         blocks = [
             Block(
@@ -179,28 +167,46 @@ class ViTLN(nn.Module):
                 drop_rate=drop_rate,
                 attn_drop_rate=attn_drop_rate,
                 norm_layer=self.norm_layer,
-                pre_mlp_norm=self.pre_mlp_norm,
-                mlp_norm_layer=self.mlp_norm_layer,
+                norm2_layer=None if self.pre_mlp_norm else nn.Identity,
+                mlp_layer=partial(Mlp, norm_layer=self.mlp_norm_layer),
             )
             for _ in range(depth)
         ]
         self.transformer = Transformer(blocks, self.final_norm(dim))
         self.head = nn.Linear(dim, num_classes)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Images (B, in_channels, img_size, img_size) -> logits (B, num_classes)."""
+    def _init_pos_embed(self, pos_embed: str, positions: int, dim: int) -> None:
+        if pos_embed == "learnable":
+            self.pos_embed = nn.Parameter(torch.randn(1, positions, dim))
+        else:
+            pe = sinusoidal_embedding(
+                positions, dim, interleave=False
+            )  # (1, N + 1, dim)
+            self.register_buffer("pos_embed", pe, persistent=False)
+
+    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
+        """Images (B, in_channels, img_size, img_size) -> tokens (B, N + 1, dim) after the
+        final norm."""
         if x.ndim != 4 or x.shape[1:] != (self.in_channels, *[self.img_size] * 2):
             raise ValueError(
                 f"Expected images shaped (B, {self.in_channels}, {self.img_size}, "
                 f"{self.img_size}), got {tuple(x.shape)}: build the model with the "
                 "img_size and in_channels of your data."
             )
-        x = self.patch_embed(x)
+        x = self.patch_embed(x)  # (B, N, dim)
         cls_token = self.cls_token.expand(x.shape[0], -1, -1)
         x = self.pos_drop(torch.cat([cls_token, x], dim=1) + self.pos_embed)
-        x = self.transformer(x)
+        return self.transformer(x)
+
+    def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
+        """Tokens (B, N + 1, dim) -> logits (B, num_classes), by the class token or the mean
+        of the tokens (``pool``); with ``pre_logits`` the pooled (B, dim)."""
         x = x.mean(dim=1) if self.pool == "mean" else x[:, 0]
-        return self.head(x)
+        return x if pre_logits else self.head(x)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Images (B, in_channels, img_size, img_size) -> logits (B, num_classes)."""
+        return self.forward_head(self.forward_features(x))
 
 
 class ViTBNFFN(ViTLN):
@@ -222,10 +228,25 @@ class ViTBN(ViTLN):
     final_norm = TokenBatchNorm
 
 
-_ARTICLE = (
-    "{}: patch 7, dim 64, depth 6, 8 heads of 64, MLP 128 (ratio 2), for 28x28 one-channel "
-    "images."
-)
-vitbn_vit = register_variant("vitbn_vit", ViTLN, _ARTICLE.format("The article's ViT"))
-vitbn_ffn = register_variant("vitbn_ffn", ViTBNFFN, _ARTICLE.format("ViTBNFFN"))
-vitbn = register_variant("vitbn", ViTBN, _ARTICLE.format("ViTBN"))
+# Registered factories: the article's sizes are the classes' defaults ---------------------------
+
+
+@register_model
+def vitbn_vit(**kwargs: Any) -> ViTLN:
+    """The article's ViT: patch 7, dim 64, depth 6, 8 heads of 64, MLP 128 (ratio 2), for 28x28
+    one-channel images; any argument of :class:`ViTLN` can be overridden."""
+    return ViTLN(**kwargs)
+
+
+@register_model
+def vitbn_ffn(**kwargs: Any) -> ViTBNFFN:
+    """ViTBNFFN: patch 7, dim 64, depth 6, 8 heads of 64, MLP 128 (ratio 2), for 28x28
+    one-channel images; any argument of :class:`ViTLN` can be overridden."""
+    return ViTBNFFN(**kwargs)
+
+
+@register_model
+def vitbn(**kwargs: Any) -> ViTBN:
+    """ViTBN: patch 7, dim 64, depth 6, 8 heads of 64, MLP 128 (ratio 2), for 28x28
+    one-channel images; any argument of :class:`ViTLN` can be overridden."""
+    return ViTBN(**kwargs)
