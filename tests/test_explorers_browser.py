@@ -137,13 +137,19 @@ def test_size_calculator_equals_the_package(page):
         macs = count_macs(model, (1, 3, side, side))["total"]
         assert calculator.locator(".vx-macs").inner_text() == f"{macs:,}", label
     preset.select_option("CCT-7/3x1")
-    assert calculator.get_by_label(
-        "patch size", exact=True
-    ).is_hidden()  # convs instead
-    assert calculator.get_by_label("kernel", exact=True).is_visible()
+    patch = calculator.get_by_label("patch size", exact=True)
+    assert patch.is_hidden()  # a CCT: convolutions instead
+    calculator.get_by_label("kernel", exact=True).fill("7")  # stride 2, padding 3
+    with torch.device("meta"):
+        model = build_model("cct_7_3x1", kernel_size=7)
+    assert calculator.locator(".vx-params").inner_text() == f"{count_params(model):,}"
+    macs = count_macs(model, (1, 3, 32, 32))["total"]
+    assert calculator.locator(".vx-macs").inner_text() == f"{macs:,}"
+    calculator.get_by_label("heads", exact=True).fill("5")
+    assert "not divisible by 5 heads" in calculator.inner_text()
     preset.select_option("ViT-B/16")
     assert calculator.get_by_label("kernel", exact=True).is_hidden()
-    calculator.get_by_label("patch size", exact=True).fill("32")
+    patch.fill("32")
     assert calculator.locator(".vx-tokens").inner_text() == "50"  # (224 / 32)^2 + 1
 
 
@@ -186,6 +192,8 @@ def test_patch_explorer_slider_and_positions(page):
     similarity.click(position={"x": 200, "y": 200})
     assert _pixels(page, ".vx >> nth=2 >> canvas >> nth=1") != before
     assert "position (3, 3)" in explorer.inner_text() and explorer.inner_text() != text
+    similarity.press("ArrowLeft")  # the keyboard moves the chosen position too
+    assert "position (3, 2)" in explorer.inner_text()
     explorer.get_by_label("position embedding", exact=True).select_option("sinusoidal")
     assert "sinusoidal:" in explorer.inner_text()
 

@@ -50,6 +50,21 @@ window.VitExplorers = window.VitExplorers || (() => {
     const row = Math.min(rows - 1, Math.floor((event.clientY - r.top) / r.height * rows));
     return row * cols + col;
   };
+  // Click a cell, or focus the canvas and move a cursor with the arrow keys: pick(cell).
+  const cellPicker = (canvas, rows, cols, pick) => {
+    let cell = 0;
+    canvas.tabIndex = 0;
+    canvas.addEventListener('click', e => { cell = cellAt(canvas, e, rows, cols); pick(cell); });
+    canvas.addEventListener('keydown', e => {
+      const step = { ArrowLeft: [0, -1], ArrowRight: [0, 1], ArrowUp: [-1, 0], ArrowDown: [1, 0] }[e.key];
+      if (!step) return;
+      e.preventDefault();
+      const row = Math.min(rows - 1, Math.max(0, Math.floor(cell / cols) + step[0]));
+      const col = Math.min(cols - 1, Math.max(0, cell % cols + step[1]));
+      cell = row * cols + col;
+      pick(cell);
+    });
+  };
   const loadImage = src => { const img = new Image(); img.src = src; return img; };
 
   // Model sizes: the same counts as going_modular.models.complexity ------------------------
@@ -94,6 +109,15 @@ window.VitExplorers = window.VitExplorers || (() => {
     return { tokens: t, params, macs: tok.macs + linear + attention, memory };
   }
 
+  // Why the package would refuse this configuration, or '' if it would build it.
+  function check(c) {
+    if (![c.img, c.dim, c.depth, c.heads, c.mlp_ratio].every(v => v > 0)) return 'every size must be positive';
+    if (c.dim % c.heads) return `dim ${c.dim} is not divisible by ${c.heads} heads`;
+    if (c.kind !== 'cct' && c.img % c.patch) return `image size ${c.img} is not a multiple of the patch size`;
+    if (tokenizer(c).grid < 1) return 'the image is too small for this tokenizer';
+    return '';
+  }
+
   function sizeCalculator(root, data) {
     const names = Object.keys(data.presets);
     const inputs = {}, out = el('div', { class: 'vx-out', 'aria-live': 'polite' });
@@ -102,15 +126,23 @@ window.VitExplorers = window.VitExplorers || (() => {
       heads: 'heads', mlp_ratio: 'MLP ratio', conv_layers: 'conv layers', kernel: 'kernel' };
     let config;
     const update = () => {
+      const kernel = config.kernel;
       for (const k of keys) config[k] = Number(inputs[k].value);
+      if (config.kind === 'cct' && config.kernel !== kernel) {  // the CCT class's defaults
+        config.stride = Math.max(1, Math.floor(config.kernel / 2) - 1);
+        config.padding = Math.max(1, Math.floor(config.kernel / 2));
+      }
+      for (const k of ['patch', 'conv_layers', 'kernel'])  // only what this kind of model has
+        inputs[k].parentElement.hidden = (k === 'patch') === (config.kind === 'cct');
+      const problem = check(config);
+      if (problem) return out.replaceChildren(el('div', { class: 'vx-problem' }, problem));
       const s = modelSize(config);
       out.replaceChildren(
         el('div', {}, 'tokens ', el('b', { class: 'vx-tokens' }, fmt(s.tokens))),
         el('div', {}, 'parameters ', el('b', { class: 'vx-params' }, fmt(s.params)), ` (${human(s.params)})`),
         el('div', {}, 'multiply-adds ', el('b', { class: 'vx-macs' }, fmt(s.macs)), ` (${human(s.macs)})`),
-        el('div', {}, 'activations per image ', el('b', {}, human(s.memory, 'B'))));
-      for (const k of ['patch', 'conv_layers', 'kernel'])  // only what this kind of model has
-        inputs[k].parentElement.hidden = (k === 'patch') === (config.kind === 'cct');
+        el('div', {}, 'activations a training step keeps, per image \u2248 ',
+          el('b', {}, human(s.memory, 'B'))));
     };
     const choose = name => {
       config = { ...data.presets[name] };
@@ -152,6 +184,10 @@ window.VitExplorers = window.VitExplorers || (() => {
         i ? ctx.lineTo(x, y) : ctx.moveTo(x, y);
       }
       ctx.stroke();
+      ctx.fillStyle = '#444';
+      ctx.fillText('LR', 4, 18);
+      ctx.fillText('0', pad - 10, h - pad + 12);
+      ctx.fillText(`step ${s.total}`, w - 60, h - pad + 14);
       // Label smoothing: the target of the true class and of each of the others
       const b = bars.getContext('2d'), k = data.classes, eps = s.smoothing;
       b.clearRect(0, 0, bars.width, bars.height);
@@ -163,15 +199,15 @@ window.VitExplorers = window.VitExplorers || (() => {
           p * (bars.height - 40));
       }
       const mid = Math.floor(s.total / 2);
-      readout.textContent = `peak ${s.peak} at step ${Math.ceil(s.warmup) - 1}; step ${mid}: ` +
+      readout.textContent = `peak ${s.peak} at step ${Math.max(0, Math.ceil(s.warmup) - 1)}; step ${mid}: ` +
         `${(s.peak * scheduleFactor(mid, s.warmup, s.total, s.final / s.peak)).toExponential(3)}; ` +
         `targets: true class ${(1 - eps + eps / k).toFixed(3)}, others ${(eps / k).toFixed(3)}`;
     };
     const control = (key, label, min, max, step) => {
       const input = slider(min, max, step, s[key], e => {
         s[key] = Number(e.target.value);
-        if (key === 'total') s.warmup = Math.min(s.warmup, s.total);
-        if (key === 'warmup') s.warmup = Math.min(s.warmup, s.total);
+        s.warmup = Math.min(s.warmup, s.total);
+        s.final = Math.min(s.final, s.peak);
         draw();
       });
       return field(label, input);
@@ -228,9 +264,7 @@ window.VitExplorers = window.VitExplorers || (() => {
       simInfo.textContent = `${kind}: similarity of position (${Math.floor(position / g)}, ` +
         `${position % g}) to every other (${g}x${g} grid; yellow = 1, blue = -1)`;
     };
-    similarity.addEventListener('click', e => {
-      position = cellAt(similarity, e, data.grid, data.grid); drawSimilarity();
-    });
+    cellPicker(similarity, data.grid, data.grid, cell => { position = cell; drawSimilarity(); });
     const patchSlider = slider(0, data.patch_sizes.length - 1, 1, 0, e => {
       patch = data.patch_sizes[Number(e.target.value)]; drawPatches();
     });
@@ -279,9 +313,9 @@ window.VitExplorers = window.VitExplorers || (() => {
       info.textContent = `${im.label ? im.label + ': ' : ''}${what}` + (s.mode === 'pool' ? '' :
         `, query ${token < 0 ? 'the class token' : `patch (${Math.floor(token / g)}, ${token % g})`}`);
     };
-    // Click a patch: the nearest stored query patch
-    canvas.addEventListener('click', e => {
-      const cell = cellAt(canvas, e, g, g), r = Math.floor(cell / g), c = cell % g;
+    // A clicked patch: the nearest stored query patch
+    cellPicker(canvas, g, g, cell => {
+      const r = Math.floor(cell / g), c = cell % g;
       let best = s.query, dist = Infinity;
       data.queries.forEach((t, i) => {
         if (t < 0) return;
