@@ -152,6 +152,8 @@ def test_patch_explorer_similarities_equal_the_package(vit):
     assert data["image"].startswith("data:image/png;base64,")
     with pytest.raises(ValueError, match="do not divide"):
         patch_explorer(torch.rand(3, 32, 32), (5,))
+    with pytest.raises(ValueError, match="square"):
+        patch_explorer(torch.rand(3, 32, 48), (8,))
 
 
 def test_attention_explorer_stores_the_models_maps(vit):

@@ -93,7 +93,7 @@ window.VitExplorers = window.VitExplorers || (() => {
     const n = tok.grid * tok.grid;
     const cls = c.kind === 'vit' || c.kind === 'vit_lite';  // a class token, else SeqPool
     const t = n + (cls ? 1 : 0);  // tokens in the encoder
-    const d = c.dim, hidden = Math.floor(d * c.mlp_ratio);
+    const d = c.dim, hidden = Math.floor(d * c.mlp_ratio + 1e-9);  // int(dim * mlp_ratio)
     const qkvBias = c.kind === 'vit' ? 3 * d : 0;
     const block = 2 * d + (3 * d * d + qkvBias) + (d * d + d) + 2 * d
       + (d * hidden + hidden) + (hidden * d + d);

@@ -233,7 +233,11 @@ def patch_explorer(
     """A patch-size slider over ``image`` (grid, N = HW/P^2, the sequence) and, for each of
     ``position_embeddings`` ({"learned": model.pos_embed, "sinusoidal": ...}, all of one
     grid), the cosine similarity of a clicked position's embedding to all the others."""
-    side = image.shape[-1] if isinstance(image, torch.Tensor) else image.size[0]
+    height, side = image.shape[-2:] if isinstance(image, torch.Tensor) else image.size
+    if height != side:
+        raise ValueError(
+            f"Expected a square image, got {height}x{side}: crop it first."
+        )
     if bad := [p for p in patch_sizes if p < 1 or side % p]:
         raise ValueError(f"Patch sizes {bad} do not divide the image's side {side}.")
     similarities = {
@@ -300,14 +304,17 @@ def attention_explorer(
     max_bytes: int = 250_000,
 ) -> Explorer:
     """Every layer's and head's attention (and the rollout, and SeqPool's weights for CVT and
-    CCT) of ``model`` on a few ``images`` (B, C, H, W, as the model takes them).
+    CCT) of ``model`` on a few ``images`` (B, C, H, W, as the model takes them; moved to the
+    model's device).
 
     Pick an image, a layer, a head or their mean, raw attention or rollout; click a patch to
     see where it attends. Attention rows are stored for the class token and the patches of a
-    regular subgrid (a click picks the nearest), each quantised to a byte, about
-    ``max_bytes`` per image. ``display_images`` (B, 3, H, W) in [0, 1] are shown under the maps (default:
-    ``images`` rescaled to [0, 1] one by one); ``class_names`` labels the predictions.
+    regular subgrid (a click picks the nearest), each quantised to a byte: about
+    ``max_bytes`` per image. ``display_images`` (B, C, H, W) in [0, 1] are shown under the
+    maps (default: ``images`` rescaled to [0, 1] one by one); ``class_names`` names the
+    predicted classes.
     """
+    images = images.to(next(model.parameters()).device)
     maps = torch.stack(collect_attention(model, images)).float()  # (L, B, heads, T, T)
     logits, pool = _forward(model, images)
     tokens = maps.shape[-1]
