@@ -97,7 +97,8 @@ def _b64(values: torch.Tensor) -> str:
 
 
 def _png(image: torch.Tensor | Image.Image, side: int) -> str:
-    """A (C, H, W) tensor in [0, 1] or a PIL image -> a ``side`` x ``side`` PNG data URI."""
+    """A (C, H, W) tensor in [0, 1] or a PIL image -> a square PNG data URI, ``side`` pixels
+    wide or the image's own width if smaller (the page scales it up)."""
     if isinstance(image, torch.Tensor):
         if image.ndim != 3 or image.shape[0] not in (1, 3):
             raise ValueError(
@@ -107,6 +108,7 @@ def _png(image: torch.Tensor | Image.Image, side: int) -> str:
         array = (image.detach().float().clamp(0, 1) * 255).round().byte()
         image = Image.fromarray(array.permute(1, 2, 0).squeeze(-1).cpu().numpy())
     buffer = io.BytesIO()
+    side = min(side, image.size[0])
     image.convert("RGB").resize((side, side), Image.BILINEAR).save(buffer, "PNG")
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
 
