@@ -5,6 +5,7 @@ with Node when it is installed (and always in Chromium, tests/test_explorers_bro
 from __future__ import annotations
 
 import base64
+import io
 import json
 import math
 import re
@@ -15,6 +16,7 @@ from importlib.resources import files
 import numpy as np
 import pytest
 import torch
+from PIL import Image
 
 from going_modular.book.attention_maps import (
     attention_rollout,
@@ -152,8 +154,12 @@ def test_patch_explorer_similarities_equal_the_package(vit):
     assert data["image"].startswith("data:image/png;base64,")
     with pytest.raises(ValueError, match="do not divide"):
         patch_explorer(torch.rand(3, 32, 32), (5,))
-    with pytest.raises(ValueError, match="square"):
-        patch_explorer(torch.rand(3, 32, 48), (8,))
+    wide = torch.zeros(3, 32, 48)
+    wide[:, :, 8:40] = 1  # the centred square is white, the sides black
+    data = patch_explorer(wide, (8,)).data
+    assert data["size"] == 32 and data["similarity"] == {"none": "/w=="}  # [255]
+    png = base64.b64decode(data["image"].removeprefix("data:image/png;base64,"))
+    assert np.asarray(Image.open(io.BytesIO(png))).min() == 255
 
 
 def test_attention_explorer_stores_the_models_maps(vit):

@@ -214,6 +214,19 @@ def schedule_explorer(
 # Patches and position embeddings --------------------------------------------------------------
 
 
+def _square(image: torch.Tensor | Image.Image) -> torch.Tensor | Image.Image:
+    """The largest centred square of a (C, H, W) tensor or a PIL image."""
+    if isinstance(image, torch.Tensor):
+        height, width = image.shape[-2:]
+        side = min(height, width)
+        top, left = (height - side) // 2, (width - side) // 2
+        return image[..., top : top + side, left : left + side]
+    width, height = image.size
+    side = min(height, width)
+    left, top = (width - side) // 2, (height - side) // 2
+    return image.crop((left, top, left + side, top + side))
+
+
 def _position_similarity(table: torch.Tensor) -> torch.Tensor:
     """(1, N [+1], D) or (N, D) position embeddings -> (N, N) cosine similarities in [0, 1]."""
     table = table.detach().float().reshape(-1, table.shape[-1])[None]
@@ -232,14 +245,12 @@ def patch_explorer(
     position_embeddings: Mapping[str, torch.Tensor] | None = None,
     display_size: int = 224,
 ) -> Explorer:
-    """A patch-size slider over ``image`` (grid, N = HW/P^2, the sequence) and, for each of
+    """A patch-size slider over ``image`` (a (C, H, W) tensor in [0, 1] or a PIL image, its
+    centred square kept) showing the grid, N = HW/P^2 and the sequence; and, for each of
     ``position_embeddings`` ({"learned": model.pos_embed, "sinusoidal": ...}, all of one
     grid), the cosine similarity of a clicked position's embedding to all the others."""
-    height, side = image.shape[-2:] if isinstance(image, torch.Tensor) else image.size
-    if height != side:
-        raise ValueError(
-            f"Expected a square image, got {height}x{side}: crop it first."
-        )
+    image = _square(image)
+    side = image.shape[-1] if isinstance(image, torch.Tensor) else image.size[0]
     if bad := [p for p in patch_sizes if p < 1 or side % p]:
         raise ValueError(f"Patch sizes {bad} do not divide the image's side {side}.")
     similarities = {
