@@ -61,3 +61,9 @@ colab-check: $(STAMP) data
 
 clean:
 	rm -rf _build
+
+# Point the book at its repository, in _config.yml, every chapter's setup cell and the README:
+#   make repo-url URL=https://github.com/OWNER/REPO
+.PHONY: repo-url
+repo-url:
+	python3 scripts/set_repo_url.py "$(URL)"

@@ -56,6 +56,8 @@ book -> top level and CLI -> training -> data, models.
     ``book.diagrams``         the block diagrams the chapters draw
     ``book.attention_maps``   class-token maps, attention rollout, attention distance
     ``book.reference``        ``agree``: a piece checked against a reference implementation
+    ``book.explorers``        interactive explorers that work offline on the rendered page
+    ``book.self_check``       self-check questions, answers folded until clicked
 The top level
     ``data_setup``  ``engine``  ``utils``  ``predictions``  ``train``  ``cli``
 """

@@ -1,0 +1,206 @@
+"""The explorers' and self-checks' Python side: the data they carry equals the package's
+numbers, the HTML needs no network and stays small. The script's formulas are checked
+with Node when it is installed (and always in Chromium, tests/test_explorers_browser.py)."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import math
+import re
+import shutil
+import subprocess
+from importlib.resources import files
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from going_modular.book.attention_maps import (
+    attention_rollout,
+    position_embedding_similarity,
+)
+from going_modular.book.explorers import (
+    PAPER_PRESETS,
+    Explorer,
+    attention_explorer,
+    model_config,
+    patch_explorer,
+    schedule_explorer,
+    size_calculator,
+)
+from going_modular.book.self_check import self_check
+from going_modular.models.cct import cct_7_3x1, sinusoidal_embedding
+from going_modular.models.complexity import count_macs, count_params
+from going_modular.models.layers import collect_attention
+from going_modular.models.registry import build_model
+from going_modular.models.vit import vit_tiny
+from going_modular.training.optim import warmup_cosine_schedule
+
+
+def _bytes(b64: str, *shape: int) -> np.ndarray:
+    return np.frombuffer(base64.b64decode(b64), dtype=np.uint8).reshape(shape)
+
+
+def _quantised(values: torch.Tensor) -> np.ndarray:
+    """Rows scaled to a maximum of one, as bytes (what the explorer stores)."""
+    rows = values / values.amax(dim=-1, keepdim=True)
+    return (rows * 255).round().to(torch.uint8).numpy()
+
+
+@pytest.fixture(scope="module")
+def vit():
+    torch.manual_seed(0)
+    return vit_tiny(img_size=32, patch_size=8, num_classes=3)
+
+
+def test_html_is_offline_and_small(vit):
+    explorers = [
+        size_calculator(),
+        schedule_explorer(),
+        patch_explorer(torch.rand(3, 32, 32), (8, 16), {"learned": vit.pos_embed}),
+        attention_explorer(vit, torch.rand(1, 3, 32, 32)),
+    ]
+    script = files("going_modular.book").joinpath("explorers.js").read_text()
+    assert len(script.encode()) < 24_000  # the script each explorer inlines
+    assert not re.search(
+        r"https?:|fetch\(|XMLHttpRequest|import\(|\.src = (?!src)", script
+    )
+    for explorer in explorers:
+        page = explorer._repr_html_()
+        assert not re.search(r"https?:|(src|href)=", page), explorer
+        for uri in re.findall(r'"(?:src|image)":"([^"]*)"', page):
+            assert uri.startswith("data:image/png;base64,")
+        assert "VitExplorers.mount(" in page and script in page
+        assert len(page.encode()) < 200_000, (explorer.kind, len(page))
+    # a "</script>" inside the data cannot close the script early
+    tricky = Explorer("size", {"presets": {"</script>": {}}}).html
+    assert tricky.count("</script>") == 1
+
+
+@pytest.mark.parametrize("label", list(PAPER_PRESETS))
+def test_calculator_presets_describe_the_registered_models(label):
+    config = size_calculator().data["presets"][label]
+    with torch.device("meta"):
+        model = build_model(PAPER_PRESETS[label])
+    assert config == model_config(model)
+    assert config["dim"] * config["mlp_ratio"] == model.blocks[0].mlp.fc1.out_features
+    assert config["depth"] == len(model.blocks) and config["classes"] == (
+        1000 if config["kind"] == "vit" else 10
+    )
+    if config["kind"] == "cct":
+        assert model.tokenizer.sequence_length(3, config["img"], config["img"]) > 0
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="Node.js is not installed")
+def test_script_formulas_equal_the_package_in_node():
+    configs = size_calculator().data["presets"]
+    settings = [(0, 10, 0.0), (3.5, 20, 0.1), (100, 1000, 0.01)]
+    script = files("going_modular.book").joinpath("explorers.js").read_text()
+    program = (
+        f"window = {{}};\n{script}\nconst X = window.VitExplorers;\n"
+        f"const sizes = Object.fromEntries(Object.entries({json.dumps(configs)})"
+        ".map(([k, c]) => [k, X.modelSize(c)]));\n"
+        f"const factors = {json.dumps(settings)}.map(([w, t, m]) => "
+        "[...Array(t + 3).keys()].map(s => X.scheduleFactor(s, w, t, m)));\n"
+        "console.log(JSON.stringify({sizes, factors}));"
+    )
+    result = json.loads(
+        subprocess.run(
+            ["node", "-e", program], capture_output=True, text=True, check=True
+        ).stdout
+    )
+    for label, name in PAPER_PRESETS.items():
+        with torch.device("meta"):
+            model = build_model(name)
+        side = configs[label]["img"]
+        assert result["sizes"][label]["params"] == count_params(model), label
+        macs = count_macs(model, (1, 3, side, side))["total"]
+        assert result["sizes"][label]["macs"] == macs, label
+    for (warmup, total, min_factor), script_factors in zip(
+        settings, result["factors"], strict=True
+    ):
+        optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0)
+        factor = warmup_cosine_schedule(
+            optimizer, warmup, total, min_factor
+        ).lr_lambdas[0]
+        for step, value in enumerate(script_factors):
+            assert math.isclose(value, factor(step), rel_tol=1e-12, abs_tol=1e-15)
+
+
+def test_schedule_explorer_checks_its_settings():
+    data = schedule_explorer(100, 1000, 3e-4, 1e-5, 0.1, 37).data
+    assert data["initial"] == {"warmup": 100, "total": 1000, "peak": 3e-4,
+                               "final": 1e-5, "smoothing": 0.1}  # fmt: skip
+    assert data["classes"] == 37
+    with pytest.raises(ValueError):
+        schedule_explorer(warmup_steps=2000, total_steps=1000)
+
+
+def test_patch_explorer_similarities_equal_the_package(vit):
+    learned = vit.pos_embed  # (1, 17, 192): a 4x4 grid and the class token
+    sine = sinusoidal_embedding(16, 192)  # (1, 16, 192): no class token
+    data = patch_explorer(
+        torch.rand(3, 32, 32), (4, 8), {"learned": learned, "sinusoidal": sine}
+    ).data
+    assert data["grid"] == 4 and data["size"] == 32 and data["patch_sizes"] == [4, 8]
+    expected = (position_embedding_similarity(learned).reshape(16, 16) + 1) / 2
+    stored = _bytes(data["similarity"]["learned"], 16, 16).astype(float) / 255
+    assert np.abs(stored - expected.detach().numpy()).max() <= 0.5 / 255 + 1e-6
+    sine_stored = _bytes(data["similarity"]["sinusoidal"], 16, 16)
+    assert (np.diag(sine_stored) == 255).all() and sine_stored.min() < 255
+    assert data["image"].startswith("data:image/png;base64,")
+    with pytest.raises(ValueError, match="do not divide"):
+        patch_explorer(torch.rand(3, 32, 32), (5,))
+    wide = torch.zeros(3, 32, 48)
+    wide[:, :, 8:40] = 1  # the centred square is white, the sides black
+    data = patch_explorer(wide, (8,)).data
+    assert data["size"] == 32 and data["similarity"] == {"none": "/w=="}  # [255]
+    png = base64.b64decode(data["image"].removeprefix("data:image/png;base64,"))
+    assert np.asarray(Image.open(io.BytesIO(png))).min() == 255
+
+
+def test_attention_explorer_stores_the_models_maps(vit):
+    images = torch.rand(2, 3, 32, 32)
+    data = attention_explorer(vit, images, class_names=["a", "b", "c"]).data
+    maps = torch.stack(collect_attention(vit, images))  # (4, 2, 3, 17, 17)
+    assert (data["grid"], data["layers"], data["heads"]) == (4, 4, 3)
+    assert data["queries"] == [-1, *range(16)]  # all of a small grid fit the budget
+    raw = _bytes(data["images"][1]["raw"], 4, 3, 17, 16)
+    expected = _quantised(maps[:, 1, :, :, 1:])  # every query, the patch keys
+    assert np.abs(raw.astype(int) - expected.astype(int)).max() <= 1
+    rollout = _bytes(data["images"][1]["rollout"], 17, 16)
+    expected = _quantised(attention_rollout(list(maps))[1, :, 1:])
+    assert np.abs(rollout.astype(int) - expected.astype(int)).max() <= 1
+    assert data["images"][0]["pool"] is None
+    assert data["images"][0]["label"].startswith("image 1 (predicted: ")
+    assert data["images"][0]["label"][-2] in "abc"
+
+
+def test_attention_explorer_subsamples_queries_and_keeps_seqpool():
+    torch.manual_seed(0)
+    cct = cct_7_3x1(num_classes=10)  # 16x16 tokens, no class token
+    images = torch.rand(1, 3, 32, 32)
+    data = attention_explorer(cct, images, max_bytes=30_000).data
+    # 7 layers x 4 heads x 256 keys = 7168 bytes per query: 4 queries, a 2x2 subgrid
+    assert data["queries"] == [3 * 16 + 3, 3 * 16 + 11, 11 * 16 + 3, 11 * 16 + 11]
+    cct.eval()
+    with torch.no_grad():
+        _, weights = cct(images, return_pool_weights=True)
+    pool = _bytes(data["images"][0]["pool"], 256).astype(float) / 255
+    expected = (weights[0] / weights[0].max()).numpy()
+    assert np.abs(pool - expected).max() <= 0.5 / 255 + 1e-6
+
+
+def test_self_check_folds_answers_and_escapes():
+    check = self_check([("Tokens of a <224> image?", 197, "196 patches + 1 class.")])
+    page = check._repr_html_()
+    assert page.count("<details") == 1 and "<summary>" in page
+    assert "&lt;224&gt;" in page and "<b>197</b>" in page
+    assert "Q1. Tokens" in repr(check) and "197" not in repr(check)
+    with pytest.raises(ValueError):
+        self_check([("Only a question", "", "")])
+    with pytest.raises(ValueError):
+        self_check([])
