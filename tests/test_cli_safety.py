@@ -19,6 +19,7 @@ from going_modular import engine, train
 from going_modular.book import settings
 from going_modular.data import network
 from going_modular.training import runs
+from going_modular.training.checkpoint import CHECKSUM_KEY, save_checkpoint
 
 TINY = ["--model", "tinyvgg", "--dataset", "mnist", "--batch-size", "32"]
 
@@ -111,7 +112,10 @@ def test_resume_of_a_checkpoint_beyond_the_planned_epochs_is_refused(
     out = tmp_path / "runs"
     run = interrupted_run(out)
     state = torch.load(run / "checkpoint.pth", weights_only=True)
-    torch.save(state | {"epoch": 9}, run / "checkpoint.pth")
+    del state[CHECKSUM_KEY]
+    save_checkpoint(
+        run, 9, state | {"epoch": 9}
+    )  # a valid checksum: only the epoch is odd
     before = _snapshot(out)
     err = _refused(["--resume", str(run)], capsys)
     assert "holds epoch 9, but the run plans 3 epoch(s)" in err
