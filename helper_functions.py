@@ -1,4 +1,4 @@
-"""The course's helpers, where a reader of the course expects them: ``from helper_functions import ...``.
+"""The course's helpers, where its readers look for them: ``from helper_functions import ...``.
 
 Each is the package's own function, imported from the module that defines it (the chapters
 import everything else from its module in ``going_modular``, so a reader learns the layout):
