@@ -235,7 +235,7 @@ def test_code_lines_fit_the_page(path):
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_figures_use_the_book_style_and_have_alt_text(path):
     cells = [c for c in _cells(path) if c["cell_type"] == "code"]
-    imports = next(c for c in cells if "from helper_functions import" in _source(c))
+    imports = next(c for c in cells if "from going_modular." in _source(c))
     calls = sum(_source(c).count("use_book_style()") for c in cells)
     assert "use_book_style()" in _source(imports) and calls == 1, (
         f"{path.name}: call use_book_style() once, in the import cell"

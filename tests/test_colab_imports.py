@@ -130,15 +130,34 @@ def _package_module_imports() -> dict[str, tuple[set[str], set[str]]]:
 
 
 @cache
-def _helper_sources() -> dict[str, str]:
-    """``helper_functions.name`` -> the package module that name is imported from."""
-    tree = ast.parse((ROOT / "helper_functions.py").read_text(encoding="utf-8"))
-    return {
-        f"helper_functions.{alias.name}": node.module
-        for node in tree.body
-        if isinstance(node, ast.ImportFrom)
-        for alias in node.names
-    }
+def _reexports() -> dict[str, str]:
+    """``module.name`` -> the module it imports ``name`` from, for every name a package
+    module (or ``helper_functions``) imports at its top level from the package."""
+    sources = {}
+    for path in PACKAGE_FILES:
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.ImportFrom) and node.level == 0:
+                if node.module.split(".")[0] in OWN_MODULES:
+                    for alias in node.names:
+                        sources[f"{module}.{alias.asname or alias.name}"] = (
+                            f"{node.module}.{alias.name}"
+                        )
+    return sources
+
+
+def defining_modules(names: set[str]) -> set[str]:
+    """The modules behind imported ``module.name``s, each name followed through the
+    modules that re-export it to the one that defines it (and its package)."""
+    found: set[str] = set()
+    for name in names:
+        seen = {name}  # ``from going_modular.models import cct`` names itself
+        while _reexports().get(name, name) not in seen:
+            name = _reexports()[name]
+            seen.add(name)
+            found.add(name.rpartition(".")[0])
+    return found
 
 
 def package_problems(path: Path) -> list[str]:
@@ -181,9 +200,9 @@ def chapter_problems(path: Path) -> list[str]:
     for code in cells:
         top, inner = _imports(ast.parse(code))
         names |= top | inner
-    # the modules behind the names imported from helper_functions, and what the package
-    # modules the chapter uses import lazily (e.g. an extra)
-    names |= {_helper_sources()[n] for n in names if n in _helper_sources()}
+    # the modules that define the names imported (through any re-export), and what the
+    # package modules the chapter uses import lazily (e.g. an extra)
+    names |= defining_modules(names)
     package = _package_module_imports()
     for name in list(names):
         if name in package:
@@ -266,7 +285,7 @@ def test_a_chapter_without_the_setup_cell_cannot_import_the_package(tmp_path):
     "uses_tracking",
     [
         "from going_modular.training import tracking",
-        "from helper_functions import fit_logged",
+        "from going_modular.training.tracking import fit_logged",
     ],
 )
 def test_using_tracking_needs_the_extra(tmp_path, uses_tracking):
@@ -275,6 +294,14 @@ def test_using_tracking_needs_the_extra(tmp_path, uses_tracking):
     checked = '"going_modular", "mlflow", "ax"'
     with_extra = _notebook(tmp_path, _setup_cell("tracking", checked), uses_tracking)
     assert chapter_problems(with_extra) == []
+
+
+def test_a_name_is_followed_through_re_exports_to_its_module():
+    assert defining_modules({"helper_functions.set_seeds"}) == {"going_modular.utils"}
+    assert defining_modules({"going_modular.models.build_model"}) == {
+        "going_modular.models.registry"
+    }
+    assert defining_modules({"going_modular.utils.set_seeds"}) == set()
 
 
 def test_an_extra_the_setup_cell_does_not_check_for_is_flagged(tmp_path):

@@ -1,16 +1,22 @@
 """The package's declared API: every module listed in its docstring and declaring ``__all__``;
-the chapters' one import surface, ``helper_functions``."""
+the chapters import each name from the module that defines it, and ``helper_functions``
+holds the course's five helpers and nothing else."""
 
 from __future__ import annotations
 
 import ast
 import importlib
 import importlib.util
+import inspect
 import json
 from pathlib import Path
 
+import pytest
+
 import going_modular
 import helper_functions
+from going_modular.data import network
+from going_modular.data.download import DownloadError
 
 PACKAGE = Path(going_modular.__file__).parent
 ROOT = PACKAGE.parent
@@ -99,23 +105,84 @@ def _helper_imports() -> list[ast.ImportFrom]:
     return [node for node in tree.body if isinstance(node, ast.ImportFrom)]
 
 
-def test_chapters_import_the_package_only_through_helper_functions():
-    elsewhere = [
-        (chapter, module)
-        for chapter, module, _ in _chapter_imports()
+# The course's helpers, where a reader of the course looks for them.
+COURSE_HELPERS = {
+    "download_data",
+    "plot_loss_curves",
+    "pred_and_plot_image",
+    "set_seeds",
+    "walk_through_dir",
+}
+# The course's engine module re-exports the training loop it is the home of for readers.
+ENGINE_REEXPORTS = {
+    ("going_modular.engine", "fit"),
+    ("going_modular.engine", "evaluate"),
+}
+
+
+def _assigned_at_top(module: str) -> set[str]:
+    """The names a module's own top level assigns (constants, aliases), not imports."""
+    path = Path(importlib.import_module(module).__file__)
+    names = set()
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        elif isinstance(node, ast.AnnAssign):
+            targets = [node.target]
+        else:
+            continue
+        names |= {
+            name.id  # a, or each name of a, b = ...
+            for target in targets
+            for name in ast.walk(target)
+            if isinstance(name, ast.Name)
+        }
+    return names
+
+
+def defines(module: str, name: str) -> bool:
+    """True if ``module`` is where ``name`` is defined: a function or class whose
+    ``__module__`` it is, or a value its top level assigns."""
+    obj = getattr(importlib.import_module(module), name)
+    if inspect.isclass(obj) or inspect.isfunction(obj):
+        return obj.__module__ == module
+    return name in _assigned_at_top(module)
+
+
+def test_defines_tells_the_home_of_a_name_from_a_re_export():
+    assert defines("going_modular.models.registry", "build_model")
+    assert not defines("going_modular.models", "build_model")  # re-exported there
+    assert defines("going_modular.book.settings", "DRY_RUN_STEPS")
+    assert defines("going_modular.data.text_data", "UNK_ID")  # PAD_ID, UNK_ID = 0, 1
+    assert not defines("helper_functions", "set_seeds")
+
+
+def test_chapters_import_each_package_name_from_the_module_that_defines_it():
+    misplaced = [
+        (chapter, f"from {module} import {name}")
+        for chapter, module, name in _chapter_imports()
         if module.split(".")[0] == "going_modular"
+        and (module, name) not in ENGINE_REEXPORTS
+        and (name is None or not defines(module, name))
     ]
-    assert elsewhere == []
+    assert misplaced == []
 
 
-def test_helper_functions_holds_the_names_the_chapters_use_and_no_more():
-    used = {
+def test_chapters_take_only_the_course_helpers_from_helper_functions():
+    taken = {
         name for _, module, name in _chapter_imports() if module == "helper_functions"
     }
-    assert sorted(helper_functions.__all__) == sorted(used)
+    assert taken <= COURSE_HELPERS
+    assert taken, "the chapters use the course helpers where a reader expects them"
 
 
-def test_each_helper_name_is_the_package_name_from_the_module_that_declares_it():
+def test_helper_functions_holds_the_course_helpers_and_no_more():
+    assert sorted(helper_functions.__all__) == sorted(COURSE_HELPERS)
+    public = {name for name in vars(helper_functions) if not name.startswith("_")}
+    assert public == COURSE_HELPERS
+
+
+def test_each_helper_name_is_the_package_name_from_the_module_that_defines_it():
     imported = [
         (node.module, alias) for node in _helper_imports() for alias in node.names
     ]
@@ -123,8 +190,22 @@ def test_each_helper_name_is_the_package_name_from_the_module_that_declares_it()
     for module, alias in imported:
         assert alias.asname is None, f"{alias.name}: no second names"
         assert alias.name in importlib.import_module(module).__all__, alias.name
-        obj = getattr(helper_functions, alias.name)
-        if hasattr(obj, "__module__") and callable(obj):
-            assert obj.__module__ == module, (
-                f"{alias.name} is defined in {obj.__module__}"
+        assert defines(module, alias.name), f"{alias.name} is not defined in {module}"
+
+
+def test_download_data_has_the_course_signature_and_fails_clearly_offline(tmp_path):
+    parameters = inspect.signature(helper_functions.download_data).parameters
+    assert list(parameters)[:3] == ["source", "destination", "remove_source"]
+    assert parameters["remove_source"].default is True
+    was_offline = network.is_offline()
+    network.set_offline(True)
+    try:
+        with pytest.raises(DownloadError, match="OFFLINE"):
+            helper_functions.download_data(
+                "https://example.com/pizza_steak_sushi.zip",
+                "pizza_steak_sushi",
+                data_dir=tmp_path,
             )
+    finally:
+        network.set_offline(was_offline)
+    assert list(tmp_path.iterdir()) == []
