@@ -5,11 +5,11 @@ recipe names, then runs the epochs: each one pass of training (the loop of
 :func:`train_one_epoch`) and one of testing (:func:`evaluate`), then the callbacks. It
 returns the per-epoch history.
 
-One pass of training or testing, the NaN guard and the per-sample averages live in
-:mod:`going_modular.training.steps`; this module decides, for the device, how the guard
-runs (on CUDA with a fused optimiser, which :func:`fit` builds there, it is a flag kept on
-the device; with any other optimiser, on a CPU and in a distributed run, the loss is read
-at every step).
+A training pass, its NaN guard and the per-sample sums (losses and accuracies are averaged
+per sample, not per batch) live in :mod:`going_modular.training.steps`; this module
+decides, for the device, how the guard runs: on CUDA with a fused optimiser (which
+:func:`fit` builds there) it is a flag kept on the device; with any other optimiser, on a
+CPU and in a distributed run, the loss is read at every step.
 
 The recipe: :func:`fit` builds the optimiser (or uses the one the recipe holds), the
 schedule (stepped after every optimizer step) and the losses from it; ``recipe.amp``
@@ -75,7 +75,6 @@ from going_modular.training.steps import (
     Tally,
     autocast,
     batches,
-    evaluate,
     loader_length,
     unit_scaler,
 )
@@ -179,6 +178,39 @@ def train_one_epoch(
     )  # fmt: skip
     passes = batches(dataloader, max_steps, "train", progress)
     return stepper.run(model, passes, epoch=None).result()
+
+
+@torch.inference_mode()
+def evaluate(
+    model: nn.Module,
+    dataloader: Iterable,
+    loss_fn: nn.Module,
+    device: torch.device | str,
+    *,
+    amp: bool = False,
+    max_steps: int | None = None,
+    progress: bool = True,
+    distributed: Distributed | None = None,
+) -> tuple[float, float]:
+    """Evaluate ``model`` on ``dataloader``; return ``(loss, accuracy)`` averaged per sample.
+
+    ``max_steps`` caps the number of batches. With ``distributed``, each process evaluates
+    its share of the DataLoader's dataset (:func:`~going_modular.training.distributed.eval_shard`)
+    and the sums are added across processes: every sample counts once, on every process.
+    """
+    if distributed is not None:
+        # No DDP collectives: the shares may differ by a batch.
+        model = ddp.unwrap(model)
+        dataloader = ddp.eval_shard(dataloader, distributed)
+    model.eval()
+    tally = Tally("test")
+    for X, y in batches(dataloader, max_steps, "test", progress):
+        X, y = X.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        with autocast(device, amp):
+            logits = model(X)
+            loss = loss_fn(logits, y)
+        tally.add(loss, logits, y)
+    return tally.result(distributed)
 
 
 def _run_length(

@@ -1,9 +1,10 @@
-"""One pass over the data: the training steps (with their NaN guard) and the test pass.
+"""One pass over the data: the training steps (with their NaN guard) and what a pass counts.
 
 :class:`Stepper` trains a model on a sequence of batches: forward under :func:`autocast`,
 the loss, a check that the loss is finite, backward, gradient clipping, the optimiser and
-the schedule. :func:`evaluate` runs the test pass. Both add each batch to a :class:`Tally`,
-whose sums stay on the device and are read once, at the end of the pass.
+the schedule. It and the test pass (:func:`~going_modular.training.loop.evaluate`) add
+each batch to a :class:`Tally`, whose sums stay on the device and are read once, at the end
+of the pass.
 
 Accuracy and loss are averaged per sample, not per batch, so a small last batch does not
 count as much as a full one. Targets may be class indices or soft (mixed) distributions
@@ -45,7 +46,6 @@ __all__ = [
     "Tally",
     "autocast",
     "batches",
-    "evaluate",
     "loader_length",
     "unit_scaler",
 ]
@@ -220,36 +220,3 @@ class Stepper:
             self.optimizer.step()
         if self.scheduler is not None:
             self.scheduler.step()
-
-
-@torch.inference_mode()
-def evaluate(
-    model: nn.Module,
-    dataloader: Iterable,
-    loss_fn: nn.Module,
-    device: torch.device | str,
-    *,
-    amp: bool = False,
-    max_steps: int | None = None,
-    progress: bool = True,
-    distributed: Distributed | None = None,
-) -> tuple[float, float]:
-    """Evaluate ``model`` on ``dataloader``; return ``(loss, accuracy)`` averaged per sample.
-
-    ``max_steps`` caps the number of batches. With ``distributed``, each process evaluates
-    its share of the DataLoader's dataset (:func:`~going_modular.training.distributed.eval_shard`)
-    and the sums are added across processes: every sample counts once, on every process.
-    """
-    if distributed is not None:
-        # No DDP collectives: the shares may differ by a batch.
-        model = ddp.unwrap(model)
-        dataloader = ddp.eval_shard(dataloader, distributed)
-    model.eval()
-    tally = Tally("test")
-    for X, y in batches(dataloader, max_steps, "test", progress):
-        X, y = X.to(device, non_blocking=True), y.to(device, non_blocking=True)
-        with autocast(device, amp):
-            logits = model(X)
-            loss = loss_fn(logits, y)
-        tally.add(loss, logits, y)
-    return tally.result(distributed)
