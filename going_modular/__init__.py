@@ -20,7 +20,7 @@ book -> top level and CLI -> training -> data, models.
     ``models.checks``       checks of the hyper-parameters, naming a bad one
     ``models.complexity``   parameters, multiply-accumulates, FLOPs
 ``data``: where images and text come from
-    ``data.paths``          where the project and its ``data/`` folder are
+    ``data.paths``          where the project and its data folder are; where data come from
     ``data.files``          atomic writes and folders: a file is whole or absent
     ``data.checks``         the package's one set of argument checks (every layer uses them)
     ``data.network``        whether the network may be used; test fixtures announced
@@ -39,6 +39,8 @@ book -> top level and CLI -> training -> data, models.
     ``training.cct_recipes``  the CCT authors' two CIFAR recipes
     ``training.optim``        weight decay groups, warmup + cosine
     ``training.loop``         ``fit``: the one training loop; ``evaluate``, callbacks
+    ``training.steps``        one training pass: the steps and their NaN guard
+    ``training.budget``       a run's time budget, resumed calls included
     ``training.distributed``  several processes (torchrun, DDP) for ``fit``
     ``training.seeding``      seeds and the device
     ``training.model_files``  save_model, load_model: checksummed model files

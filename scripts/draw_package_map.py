@@ -39,6 +39,8 @@ LAYERS = [
             "book.diagrams",
             "book.attention_maps",
             "book.reference",
+            "book.explorers",
+            "book.self_check",
         ],
     ),
     (
@@ -56,9 +58,13 @@ LAYERS = [
             "training.cct_recipes",
             "training.optim",
             "training.loop",
+            "training.steps",
+            "training.budget",
             "training.checkpoint",
             "training.divergence",
             "training.runs",
+            "training.model_files",
+            "training.seeding",
             "training.distributed",
             "training.tracking",
             "training.experiments",
@@ -96,6 +102,8 @@ LAYERS = [
             "data.network",
             "data.paths",
             "data.files",
+            "data.checks",
+            "data.loaders",
             "data.text_data",
             "data.augment",
             "data.gpu_augment",
@@ -111,12 +119,18 @@ RUN = [
     ("parse and check the options: one config", ["train", "cli"]),
     (
         "CIFAR-10 (offline: a stand-in), in batches",
-        ["data.datasets", "data_setup", "data.gpu_augment"],
+        ["data.datasets", "data_setup", "data.loaders", "data.gpu_augment"],
     ),
     ('build_model("cct_2_3x2")', ["models.registry", "models.cct", "models.layers"]),
     ("the CCT recipe: a Recipe", ["training.cct_recipes", "training.recipe"]),
-    ("fit: epochs, a checkpoint each", ["training.loop", "training.checkpoint"]),
-    ("save model.pth, results.json", ["training.runs", "data.files"]),
+    (
+        "fit: epochs of steps, a checkpoint each",
+        ["training.loop", "training.steps", "training.checkpoint"],
+    ),
+    (
+        "save model.pth, results.json",
+        ["training.runs", "training.model_files", "data.files"],
+    ),
 ]
 RED, GREY, PALE = "#b03a2e", "#555555", "#eef4fb"
 IMPORTS = "imports from: each layer uses only the layers below it"

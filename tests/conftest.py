@@ -9,11 +9,13 @@ import torch
 @pytest.fixture(autouse=True)
 def offline_and_isolated(monkeypatch, tmp_path):
     """The library offline and without test fixtures (its own switches, and BOOK_OFFLINE=1
-    for the book and any subprocess) and a fresh BOOK_DATA_DIR, unless a test changes
-    them; the switches are restored afterwards."""
-    from going_modular.data import network
+    for the book and any subprocess) and a fresh data folder (the library's, and
+    BOOK_DATA_DIR), unless a test changes them; the switches are restored afterwards."""
+    from going_modular.data import network, paths
 
     was = network.is_offline(), network.uses_fixtures()
+    places = paths.set_data_dir(tmp_path / "data"), paths.mirror()
+    debian = paths.debian_fashion_mnist()
     network.set_offline(True)
     network.set_fixtures(False)
     monkeypatch.setenv("BOOK_OFFLINE", "1")
@@ -22,6 +24,9 @@ def offline_and_isolated(monkeypatch, tmp_path):
     yield
     network.set_offline(was[0])
     network.set_fixtures(was[1])
+    paths.set_data_dir(places[0])
+    paths.set_mirror(places[1])
+    paths.set_debian_fashion_mnist(debian)
 
 
 @pytest.fixture

@@ -80,15 +80,29 @@ def test_cifar_stand_in_shape_and_labels():
     assert sorted(set(test.targets)) == list(range(10))
 
 
-def test_book_data_dir_pointing_to_a_file_is_explained(tmp_path, monkeypatch):
+def test_a_data_dir_pointing_to_a_file_is_explained(tmp_path):
     """It ended in a raw FileExistsError traceback from deep inside the stand-in."""
     a_file = tmp_path / "notes.txt"
     a_file.write_text("not a folder")
     for value in (a_file, a_file / "data"):
-        monkeypatch.setenv("BOOK_DATA_DIR", str(value))
+        paths.set_data_dir(value)  # the autouse fixture restores it
         with pytest.raises(
             NotADirectoryError, match=rf"{a_file} is a file, not a folder.*unset it"
         ):
             datasets.get_food_data()
-    monkeypatch.setenv("BOOK_DATA_DIR", str(tmp_path / "new" / "data"))
+    paths.set_data_dir(tmp_path / "new" / "data")
     assert paths.data_dir() == tmp_path / "new" / "data"  # made when first used
+    paths.set_data_dir(None)
+    assert paths.data_dir() == paths.project_root() / "data"  # the checkout's
+
+
+def test_the_mirror_and_the_debian_folder_are_set_not_read_from_the_book(tmp_path):
+    assert datasets.course_data_url().startswith("https://github.com/mrdbourke/")
+    # The autouse fixture puts the mirror and the Debian folder back.
+    paths.set_mirror(" http://127.0.0.1:8000/files/ ")
+    assert datasets.course_data_url() == "http://127.0.0.1:8000/files"
+    assert paths.set_mirror("") == "http://127.0.0.1:8000/files"
+    assert datasets.course_data_url().startswith("https://github.com/mrdbourke/")
+    assert paths.debian_fashion_mnist() == datasets.DEBIAN_FASHION_MNIST
+    paths.set_debian_fashion_mnist(tmp_path / "elsewhere")
+    assert paths.debian_fashion_mnist() == tmp_path / "elsewhere"

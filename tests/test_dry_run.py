@@ -20,7 +20,7 @@ from nbclient import NotebookClient
 from torchvision.datasets import CIFAR10
 
 from going_modular.book import settings
-from going_modular.data import datasets, network
+from going_modular.data import datasets, network, paths
 
 BOOK = Path(__file__).resolve().parents[1] / "book"
 CHAPTERS = sorted(BOOK.glob("[0-9][0-9]_*.ipynb"))
@@ -110,7 +110,7 @@ def test_food_zip_is_downloaded_from_the_mirror(tmp_path, monkeypatch, capsys):
     network.set_offline(False)  # the autouse fixture restores both switches
     network.set_fixtures(True)
     with serve(tmp_path / "mirror") as url:
-        monkeypatch.setenv("BOOK_MIRROR", url + "/")
+        paths.set_mirror(url + "/")  # the autouse fixture restores it
         food = datasets.get_food_data(fallback=False, root=tmp_path / "data")
     assert not food.stand_in
     assert sorted(p.name for p in food.train_dir.iterdir()) == [

@@ -222,7 +222,10 @@ def test_amp_trains_and_tests_under_bfloat16_autocast_on_a_cpu():
         ({"epochs": 2, "steps": 5}, "epochs or as steps, not both"),
         ({"lr": 0.0}, "lr must be a positive number"),
         ({"weight_decay": -0.1}, "weight_decay must be a number >= 0"),
-        ({"label_smoothing": 1.0}, r"label_smoothing must be in \[0, 1\)"),
+        (
+            {"label_smoothing": 1.0},
+            r"label_smoothing must be a finite number in \[0, 1\)",
+        ),
         ({"label_smoothing": 0.1, "loss_fn": nn.MSELoss()}, "your own loss_fn"),
         ({"schedule": "cosine"}, "Unknown schedule 'cosine'"),
         ({"warmup_steps": 10}, "needs schedule='warmup_cosine'"),

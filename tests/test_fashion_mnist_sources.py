@@ -1,5 +1,5 @@
 """Where Fashion-MNIST comes from on a fresh machine (going_modular.data.datasets): in order,
-BOOK_DATA_DIR, Debian's installed package, Debian's package downloaded without root, and
+the data folder, Debian's installed package, Debian's package downloaded without root, and
 torchvision's download, each verified by SHA-256; with none, one line saying what to run.
 
 The sources are small fake files whose hashes replace the official ones; the Debian
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from going_modular.data import datasets, network, standins
+from going_modular.data import datasets, network, paths, standins
 from going_modular.data.download import DownloadError
 
 NAMES = tuple(datasets.FASHION_MNIST_SHA256)
@@ -46,8 +46,8 @@ def fresh(tmp_path, monkeypatch):
     """A machine with no Fashion-MNIST anywhere, online, and recording fetchers."""
     hashes = {n: hashlib.sha256(_contents(n)).hexdigest() for n in NAMES}
     monkeypatch.setattr(datasets, "FASHION_MNIST_SHA256", hashes)
-    monkeypatch.setenv("BOOK_DATA_DIR", str(tmp_path / "data"))
-    monkeypatch.setenv("BOOK_DEBIAN_FASHION_MNIST", str(tmp_path / "no-debian-package"))
+    paths.set_data_dir(tmp_path / "data")  # the autouse fixture restores both
+    paths.set_debian_fashion_mnist(tmp_path / "no-debian-package")
     network.set_offline(False)  # the autouse fixture restores it
     monkeypatch.delenv("CI", raising=False)
     calls = []
@@ -248,11 +248,7 @@ def test_torchvision_download_is_verified(tmp_path, monkeypatch):
 
 
 def test_prepare_command_fails_fast_with_one_line(tmp_path):
-    env = {
-        **os.environ,
-        "BOOK_DATA_DIR": str(tmp_path / "data"),
-        "BOOK_DEBIAN_FASHION_MNIST": str(tmp_path / "absent"),
-    }
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BOOK_")}
     start = time.perf_counter()
     done = subprocess.run(
         [
@@ -262,6 +258,10 @@ def test_prepare_command_fails_fast_with_one_line(tmp_path):
             "--prepare",
             "fashion-mnist",
             "--offline",
+            "--data-dir",
+            str(tmp_path / "data"),
+            "--debian-dir",
+            str(tmp_path / "absent"),
         ],
         env=env,
         capture_output=True,

@@ -46,3 +46,22 @@ def test_weight_decay_belongs_to_an_optimiser_already_built():
     optimizer = torch.optim.SGD(nn.Linear(4, 2).parameters(), lr=0.1)
     with pytest.raises(ValueError, match="keeps its own"):
         Recipe(optimizer=optimizer, weight_decay=0.01)
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"max_eval_steps": 0}, "max_eval_steps must be a positive integer, got 0"),
+        ({"epochs": True}, "epochs must be a positive integer, got True"),
+        ({"lr": float("nan")}, "lr must be a positive number, got nan"),
+        ({"time_budget": float("inf")}, "time_budget must be a positive number"),
+        (
+            {"schedule": "warmup_cosine", "warmup_steps": -1},
+            "warmup_steps must be a number >= 0, got -1",
+        ),
+    ],
+)
+def test_the_recipe_checks_its_fields_with_the_package_checks(fields, message):
+    """data.checks' rules: no bool as a count, no NaN or infinity as a number."""
+    with pytest.raises(ValueError, match=message):
+        Recipe(**fields)

@@ -3,6 +3,8 @@
 import pytest
 
 from going_modular.book import settings
+from going_modular.data import datasets, network, paths
+from going_modular.training import tracking
 
 
 @pytest.fixture(autouse=True)
@@ -146,11 +148,50 @@ def test_gpu_plan_states_its_assumptions_and_the_arithmetic():
 
 
 def test_fixtures_are_announced_loudly(monkeypatch, capsys):
-    assert not settings.uses_fixtures()
-    monkeypatch.setenv("BOOK_FIXTURES", "1")
-    assert settings.uses_fixtures()
-    settings.announce_fixture("CIFAR-10", "random images")
+    """The library announces a fixture; the book switches fixtures on in the library from
+    BOOK_FIXTURES (the autouse fixture of conftest restores the library's switches)."""
+    network.announce_fixture("CIFAR-10", "random images")
     assert capsys.readouterr().out.startswith("[FIXTURE] CIFAR-10: random images")
+    assert not settings.uses_fixtures()
+    settings.apply_to_library()
+    assert not network.uses_fixtures()
+    monkeypatch.setenv("BOOK_FIXTURES", "1")
+    assert settings.uses_fixtures() and not network.uses_fixtures()  # not yet passed
+    settings.apply_to_library()
+    assert network.uses_fixtures()
+
+
+@pytest.fixture
+def tracking_uri():
+    """The library's MLflow store, put back after the test."""
+    previous = tracking.set_tracking_uri(None)
+    yield
+    tracking.set_tracking_uri(previous)
+
+
+def test_the_book_passes_its_places_to_the_library(monkeypatch, tmp_path, tracking_uri):
+    """The library reads no BOOK_* variable: apply_to_library passes each one, and passes
+    their absence (the library's defaults) too."""
+    places = {
+        "BOOK_DATA_DIR": str(tmp_path / "data"),
+        "BOOK_MIRROR": "http://127.0.0.1:8000/",
+        "BOOK_DEBIAN_FASHION_MNIST": str(tmp_path / "debian"),
+        "BOOK_MLFLOW_URI": f"sqlite:///{tmp_path / 'mlflow.db'}",
+    }
+    for name, value in places.items():
+        monkeypatch.setenv(name, value)
+    settings.apply_to_library()
+    assert paths.data_dir() == tmp_path / "data"
+    assert datasets.course_data_url() == "http://127.0.0.1:8000"
+    assert paths.debian_fashion_mnist() == tmp_path / "debian"
+    assert tracking.tracking_uri() == places["BOOK_MLFLOW_URI"]
+    for name in places:
+        monkeypatch.delenv(name)
+    settings.apply_to_library()
+    assert paths.data_dir() == paths.project_root() / "data"
+    assert datasets.course_data_url().startswith("https://github.com/")
+    assert paths.debian_fashion_mnist() == paths.DEBIAN_FASHION_MNIST
+    assert tracking.tracking_uri() == f"sqlite:///{tracking.default_store()}"
 
 
 def test_run_report_times_the_chapter_from_its_first_describe_setting(monkeypatch):

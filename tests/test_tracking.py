@@ -11,16 +11,17 @@ from going_modular.training.recipe import Recipe
 
 
 @pytest.fixture
-def store(tmp_path, monkeypatch):
+def store(tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    monkeypatch.setenv(tracking.URI_VARIABLE, uri)
-    return uri
+    previous = tracking.set_tracking_uri(uri)
+    yield uri
+    tracking.set_tracking_uri(previous)
 
 
-def test_tracking_uri_and_ui_command(store, monkeypatch):
+def test_tracking_uri_and_ui_command(store):
     assert tracking.tracking_uri() == store
     assert tracking.ui_command() == f"mlflow ui --backend-store-uri {store}"
-    monkeypatch.delenv(tracking.URI_VARIABLE)
+    assert tracking.set_tracking_uri(None) == store
     assert tracking.tracking_uri().endswith("runs/mlflow.db")
     assert (
         tracking.ui_command()

@@ -19,6 +19,10 @@
   fixtures (served by ``tests/dry_run_fixtures.py``); every getter says so loudly.
 * ``BOOK_CHECKPOINT_DIR``: where the gpu and full settings' training runs keep their
   per-epoch checkpoints (default ``./runs``); point it at Google Drive on Colab.
+* ``BOOK_DATA_DIR`` (where datasets land; default the checkout's ``data/``),
+  ``BOOK_MIRROR`` (a server with the course's zips), ``BOOK_DEBIAN_FASHION_MNIST`` (where
+  Debian's Fashion-MNIST package is installed) and ``BOOK_MLFLOW_URI`` (the MLflow store):
+  passed to the library by :func:`apply_to_library`, which never reads them itself.
 """
 
 from __future__ import annotations
@@ -34,7 +38,8 @@ from typing import TypeVar
 
 import torch
 
-from going_modular.data import network
+from going_modular.data import network, paths
+from going_modular.training import tracking
 
 __all__ = [
     "SETTINGS",
@@ -147,10 +152,17 @@ def uses_fixtures() -> bool:
 
 
 def apply_to_library() -> None:
-    """Pass ``BOOK_OFFLINE`` and ``BOOK_FIXTURES`` to the library (:mod:`~going_modular.data.network`),
-    which never reads the book's environment itself; done when this module is imported."""
+    """Pass the book's variables to the library, which never reads the book's environment
+    itself: ``BOOK_OFFLINE`` and ``BOOK_FIXTURES`` to :mod:`~going_modular.data.network`,
+    ``BOOK_DATA_DIR``, ``BOOK_MIRROR`` and ``BOOK_DEBIAN_FASHION_MNIST`` to
+    :mod:`~going_modular.data.paths`, ``BOOK_MLFLOW_URI`` to
+    :mod:`~going_modular.training.tracking`. Done when this module is imported."""
     network.set_offline(is_offline())
     network.set_fixtures(uses_fixtures())
+    paths.set_data_dir(os.environ.get("BOOK_DATA_DIR"))
+    paths.set_mirror(os.environ.get("BOOK_MIRROR"))
+    paths.set_debian_fashion_mnist(os.environ.get("BOOK_DEBIAN_FASHION_MNIST"))
+    tracking.set_tracking_uri(os.environ.get("BOOK_MLFLOW_URI"))
 
 
 def setting() -> str:

@@ -1,25 +1,33 @@
 """Dataset getters: the real data when online, an honest offline stand-in otherwise.
 
 Every getter tries the real dataset unless the library is offline
-(:func:`~going_modular.data.network.set_offline`). If that fails it prints why
-and falls back to the stand-in (see :mod:`going_modular.standins`), saying so in one line,
-unless called with ``fallback=False``, in which case the error is raised; all of them through
-:func:`~going_modular.standins.real_or_stand_in`. Fashion-MNIST,
-the book's offline dataset, is the exception: :func:`prepare_fashion_mnist` gets it from
-local files, Debian's package or a download, and without it the getters raise (the
-stand-in only with ``fallback=True``); ``python -m going_modular.datasets --prepare
+(:func:`~going_modular.data.network.set_offline`). If that fails it prints why and falls
+back to the stand-in (see :mod:`going_modular.data.standins`), saying so in one line,
+unless called with ``fallback=False``, in which case the error is raised; all of them
+through :func:`~going_modular.data.standins.real_or_stand_in`. Fashion-MNIST, the book's
+offline dataset, is the exception: :func:`prepare_fashion_mnist` gets it from local
+files, Debian's package or a download, and without it the getters raise (the stand-in
+only with ``fallback=True``); ``python -m going_modular.data.datasets --prepare
 fashion-mnist`` gets it ready beforehand.
 
-With fixtures on (:func:`~going_modular.data.network.set_fixtures`; the dry run of ``tests/test_dry_run.py``) the "online" data are
-small local test fixtures in the libraries' own formats, and every getter says so in a
-``[FIXTURE]`` line; ``BOOK_MIRROR`` points the course's zip downloads at another server.
+With fixtures on (:func:`~going_modular.data.network.set_fixtures`; the dry run of
+``tests/test_dry_run.py``) the "online" data are small local test fixtures in the
+libraries' own formats, and every getter says so in a ``[FIXTURE]`` line.
+Where data land and come from (the data folder, a mirror of the course's downloads,
+Debian's package folder) is set in :mod:`going_modular.data.paths`.
 """
 
 from __future__ import annotations
 
+import argparse
+import gzip
+import hashlib
 import os
 import pickle
 import shutil
+import socket
+import subprocess
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,7 +45,14 @@ from going_modular.data.network import (
     set_offline,
     uses_fixtures,
 )
-from going_modular.data.paths import data_dir
+from going_modular.data.paths import (
+    DEBIAN_FASHION_MNIST,
+    data_dir,
+    debian_fashion_mnist,
+    mirror,
+    set_data_dir,
+    set_debian_fashion_mnist,
+)
 
 __all__ = [
     "DEBIAN_FASHION_MNIST",
@@ -74,8 +89,9 @@ _DIGITS = "scikit-learn's 8x8 handwritten digits, upscaled to 28x28"
 
 
 def course_data_url() -> str:
-    """Where the course's zips come from: ``BOOK_MIRROR`` if set, else the course's GitHub."""
-    return os.environ.get("BOOK_MIRROR", "").strip().rstrip("/") or _COURSE_DATA
+    """Where the course's zips come from: the mirror set by
+    :func:`~going_modular.data.paths.set_mirror`, else the course's GitHub."""
+    return mirror() or _COURSE_DATA
 
 
 @dataclass(frozen=True)
@@ -168,7 +184,8 @@ def get_cifar10(
 ) -> Dataset:
     """CIFAR-10 via torchvision; offline, the 32x32 RGB :class:`~standins.PhotoDigits`.
 
-    With ``BOOK_FIXTURES=1``, a :class:`FixtureCIFAR10` read from ``root``.
+    With fixtures on (:func:`~going_modular.data.network.set_fixtures`), a
+    :class:`FixtureCIFAR10` read from ``root``.
     """
     root = Path(root) if root is not None else data_dir()
     return standins.real_or_stand_in(
@@ -190,7 +207,7 @@ def get_mnist(
     """MNIST via torchvision; offline, scikit-learn's digits as :class:`~standins.DigitsMNIST`.
 
     torchvision checks no md5 of files already in ``root/MNIST/raw``, so a test fixture
-    there (``BOOK_FIXTURES=1``) loads as is; it is announced by a ``[FIXTURE]`` line.
+    there (with fixtures on) loads as is; it is announced by a ``[FIXTURE]`` line.
     """
     from torchvision.datasets import MNIST
 
@@ -228,9 +245,6 @@ FASHION_MNIST_CLASSES = (
 )
 # Mean and standard deviation of the 60,000 training images' pixels, scaled to [0, 1].
 FASHION_MNIST_MEAN, FASHION_MNIST_STD = 0.2860, 0.3530
-# Debian/Ubuntu's package `dataset-fashion-mnist` installs the four official files here;
-# ``$BOOK_DEBIAN_FASHION_MNIST`` names another folder instead (tests: a missing one).
-DEBIAN_FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
 DEBIAN_PACKAGE = "dataset-fashion-mnist"
 # SHA-256 of the four files' *decompressed* contents, so a re-compressed copy verifies too.
 FASHION_MNIST_SHA256 = {
@@ -240,7 +254,7 @@ FASHION_MNIST_SHA256 = {
     "t10k-labels-idx1-ubyte": "0402a96d92fd2663957122ceb108a494c5af83dab82d92729df917d7dec38c34",
 }
 INSTALL_FASHION_MNIST = f"sudo apt-get install {DEBIAN_PACKAGE}"
-PREPARE_FASHION_MNIST = "python -m going_modular.datasets --prepare fashion-mnist"
+PREPARE_FASHION_MNIST = "python -m going_modular.data.datasets --prepare fashion-mnist"
 # How long apt-get download or torchvision's download may wait on one connection.
 NETWORK_TIMEOUT_SECONDS = 20
 
@@ -255,24 +269,13 @@ def fashion_mnist_missing(root: str | Path | None = None) -> str:
     )
 
 
-def _debian_fashion_mnist() -> Path:
-    return Path(os.environ.get("BOOK_DEBIAN_FASHION_MNIST") or DEBIAN_FASHION_MNIST)
-
-
 def _sha256_bytes(data: bytes) -> str:
-    import hashlib
-
     return hashlib.sha256(data).hexdigest()
 
 
 def _read_maybe_gzipped(path: Path) -> bytes:
-    import gzip
-
-    return (
-        gzip.decompress(path.read_bytes())
-        if path.suffix == ".gz"
-        else path.read_bytes()
-    )
+    data = path.read_bytes()
+    return gzip.decompress(data) if path.suffix == ".gz" else data
 
 
 def _install_fashion_mnist_files(raw: Path, sources: list[Path]) -> str | None:
@@ -304,7 +307,7 @@ def _install_fashion_mnist_files(raw: Path, sources: list[Path]) -> str | None:
             if _sha256_bytes(data) != FASHION_MNIST_SHA256[name]:
                 raise ValueError(
                     f"{path} is not the official Fashion-MNIST file (SHA-256 mismatch). Delete it "
-                    f"and reinstall the data ({INSTALL_FASHION_MNIST}), or point BOOK_DATA_DIR elsewhere."
+                    f"and reinstall the data ({INSTALL_FASHION_MNIST}), or choose another data folder."
                 )
             atomic_write(raw / name, lambda f, data=data: f.write(data))
         return str(source)
@@ -314,8 +317,6 @@ def _install_fashion_mnist_files(raw: Path, sources: list[Path]) -> str | None:
 def _fetch_debian_package(root: Path, raw: Path) -> str | None:
     """Debian's package without root: ``apt-get download`` it and ``dpkg-deb -x`` it into a
     temporary folder in ``root``, then install its verified files into ``raw``."""
-    import subprocess
-
     if shutil.which("apt-get") is None or shutil.which("dpkg-deb") is None:
         return None
     apt_options = ["-o", "Acquire::Retries=0"]
@@ -346,8 +347,6 @@ def _fetch_debian_package(root: Path, raw: Path) -> str | None:
 
 def _fetch_with_torchvision(root: Path, raw: Path) -> str | None:
     """torchvision's download of the four files, then the same SHA-256 check."""
-    import socket
-
     from torchvision.datasets import FashionMNIST
 
     previous = socket.getdefaulttimeout()
@@ -370,14 +369,14 @@ def prepare_fashion_mnist(root: str | Path | None = None) -> str:
     """Put the four verified Fashion-MNIST files in ``root/FashionMNIST/raw``; say where from.
 
     Tries, in order: files already there, ``root/fashion-mnist`` or ``root`` (``root``
-    defaults to ``BOOK_DATA_DIR``), Debian's installed package, and unless
+    defaults to :func:`~going_modular.data.paths.data_dir`), Debian's installed package, and unless
     offline (:func:`~going_modular.data.network.is_offline`): Debian's package downloaded without root (``apt-get download``),
     then torchvision's download. Every source passes the SHA-256 check. Raises a
     :class:`DownloadError` with :func:`fashion_mnist_missing`'s line when none works.
     """
     root = Path(root) if root is not None else data_dir()
     raw = root / "FashionMNIST" / "raw"
-    local = [raw, root / "fashion-mnist", root, _debian_fashion_mnist()]
+    local = [raw, root / "fashion-mnist", root, debian_fashion_mnist()]
     source = _install_fashion_mnist_files(raw, local)
     if source is None and not is_offline():
         source = _fetch_debian_package(root, raw) or _fetch_with_torchvision(root, raw)
@@ -467,21 +466,27 @@ def fashion_mnist_tensors(
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m going_modular.datasets --prepare fashion-mnist``: get the data ready
-    (``make test`` runs it first); exit 1 with one line saying what to run if it cannot."""
-    import argparse
-    import sys
-
+    """``python -m going_modular.data.datasets --prepare fashion-mnist``: get the data ready
+    (``make data`` runs it first); exit 1 with one line saying what to run if it cannot."""
     parser = argparse.ArgumentParser(
-        prog="python -m going_modular.datasets",
+        prog="python -m going_modular.data.datasets",
         description="Get a dataset ready before any chapter or test needs it.",
     )
     parser.add_argument("--prepare", choices=["fashion-mnist"], required=True)
     parser.add_argument(
         "--offline", action="store_true", help="use local files only, never the network"
     )
-    if parser.parse_args(argv).offline:
+    parser.add_argument("--data-dir", help="where datasets land (default: data/)")
+    parser.add_argument(
+        "--debian-dir", help=f"Debian's package files (default: {DEBIAN_FASHION_MNIST})"
+    )
+    args = parser.parse_args(argv)
+    if args.offline:
         set_offline(True)
+    if args.data_dir:
+        set_data_dir(args.data_dir)
+    if args.debian_dir:
+        set_debian_fashion_mnist(args.debian_dir)
     try:
         source = prepare_fashion_mnist()
     except DownloadError as error:

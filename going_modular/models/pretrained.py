@@ -16,6 +16,7 @@ from typing import Any
 from torch import nn
 from torchvision.models import VisionTransformer, ViT_B_16_Weights, vit_b_16
 
+from going_modular.data.checks import check_sizes
 from going_modular.data.download import DownloadError
 from going_modular.data.network import (
     OFFLINE,
@@ -153,8 +154,7 @@ def create_vit_feature_extractor(
         how to rebuild it without any download (``build_config`` with ``weights=None``), so
         :func:`going_modular.utils.load_model` can restore a saved checkpoint offline.
     """
-    if num_classes <= 0:
-        raise ValueError(f"num_classes must be a positive integer, got {num_classes}.")
+    check_sizes(num_classes=num_classes)
     enum = resolve_weights(weights)
     if enum is not None and img_size not in (None, weights_image_size(enum)):
         raise ValueError(_size_message(enum, img_size))

@@ -16,7 +16,6 @@ import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from numbers import Real
 from typing import Any
 
 import torch
@@ -29,6 +28,7 @@ from going_modular.data.augment import (
     cifar_test_transform,
     cifar_train_transform,
 )
+from going_modular.data.checks import check_range, check_sizes
 from going_modular.training.recipe import Recipe
 
 __all__ = [
@@ -40,32 +40,6 @@ __all__ = [
 ]
 
 WARMUPS = ("linear", "harmonic")
-
-
-def _check_range(
-    name: str,
-    value: float,
-    low: float,
-    high: float,
-    *,
-    low_open: bool = False,
-    high_open: bool = False,
-) -> None:
-    """Raise ValueError naming ``name`` unless ``value`` is a number in the interval."""
-    ok = (
-        not isinstance(value, bool)
-        and isinstance(value, Real)
-        and math.isfinite(value)
-        and (low < value if low_open else low <= value)
-        and (value < high if high_open else value <= high)
-    )
-    if not ok:
-        interval = (
-            f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
-        )
-        raise ValueError(
-            f"{name} must be a finite number in {interval}, got {value!r}."
-        )
 
 
 @dataclass(frozen=True)
@@ -109,29 +83,26 @@ class CCTRecipe:
             raise ValueError(
                 f"Unknown warmup {self.warmup!r}; choose one of {WARMUPS}."
             )
-        for name in ("epochs", "batch_size"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}.")
-        _check_range("lr", self.lr, 0, math.inf, low_open=True)
-        _check_range("weight_decay", self.weight_decay, 0, math.inf)
-        _check_range("warmup_lr", self.warmup_lr, 0, self.lr)
-        _check_range("min_lr", self.min_lr, 0, self.lr)
-        _check_range("warmup_epochs", self.warmup_epochs, 0, self.epochs)
-        _check_range("cooldown_epochs", self.cooldown_epochs, 0, self.epochs)
+        check_sizes(epochs=self.epochs, batch_size=self.batch_size)
+        check_range("lr", self.lr, 0, math.inf, low_open=True)
+        check_range("weight_decay", self.weight_decay, 0, math.inf)
+        check_range("warmup_lr", self.warmup_lr, 0, self.lr)
+        check_range("min_lr", self.min_lr, 0, self.lr)
+        check_range("warmup_epochs", self.warmup_epochs, 0, self.epochs)
+        check_range("cooldown_epochs", self.cooldown_epochs, 0, self.epochs)
         if self.warmup_epochs + self.cooldown_epochs > self.epochs:
             raise ValueError(
                 f"warmup_epochs ({self.warmup_epochs:g}) + cooldown_epochs "
                 f"({self.cooldown_epochs:g}) exceed epochs ({self.epochs}): shorten them."
             )
-        _check_range("label_smoothing", self.label_smoothing, 0, 1, high_open=True)
-        _check_range("random_erasing", self.random_erasing, 0, 1)
-        _check_range("mixup_alpha", self.mixup_alpha, 0, math.inf)
-        _check_range("cutmix_alpha", self.cutmix_alpha, 0, math.inf)
-        _check_range("mix_prob", self.mix_prob, 0, 1)
-        _check_range("mix_switch_prob", self.mix_switch_prob, 0, 1)
+        check_range("label_smoothing", self.label_smoothing, 0, 1, high_open=True)
+        check_range("random_erasing", self.random_erasing, 0, 1)
+        check_range("mixup_alpha", self.mixup_alpha, 0, math.inf)
+        check_range("cutmix_alpha", self.cutmix_alpha, 0, math.inf)
+        check_range("mix_prob", self.mix_prob, 0, 1)
+        check_range("mix_switch_prob", self.mix_switch_prob, 0, 1)
         if self.mix_off_epoch is not None:
-            _check_range("mix_off_epoch", self.mix_off_epoch, 0, self.epochs)
+            check_range("mix_off_epoch", self.mix_off_epoch, 0, self.epochs)
 
     @property
     def mixes(self) -> bool:

@@ -5,18 +5,11 @@ recipe names, then runs the epochs: each one pass of training (the loop of
 :func:`train_one_epoch`) and one of testing (:func:`evaluate`), then the callbacks. It
 returns the per-epoch history.
 
-Accuracy and loss are averaged per sample, not per batch, so a small last batch does not
-count as much as a full one. Targets may be class indices or soft (mixed) distributions
-of shape (batch, classes), as MixUp and CutMix produce. The sums stay on the device and
-are read once per epoch.
-
-A NaN or infinite loss stops training, and its step is not applied to the weights. On a
-CPU the loss is checked at every step, before backward. On CUDA, reading a value waits for
-the GPU, so with an optimiser that can skip a step on the device (a fused one, which
-:func:`fit` builds there) the check is a flag kept on the GPU, read every
-:data:`~going_modular.training.divergence.NONFINITE_CHECK_STEPS` steps, while a gradient
-scaler skips the bad step; with any other optimiser, and in a distributed run (where every
-process must stop at the same step), the loss is read at every step there too.
+A training pass, its NaN guard and the per-sample sums (losses and accuracies are averaged
+per sample, not per batch) live in :mod:`going_modular.training.steps`; this module
+decides, for the device, how the guard runs: on CUDA with a fused optimiser (which
+:func:`fit` builds there) it is a flag kept on the device; with any other optimiser, on a
+CPU and in a distributed run, the loss is read at every step.
 
 The recipe: :func:`fit` builds the optimiser (or uses the one the recipe holds), the
 schedule (stepped after every optimizer step) and the losses from it; ``recipe.amp``
@@ -25,10 +18,7 @@ CPU); ``recipe.max_steps_per_epoch`` and ``recipe.max_eval_steps`` cap the train
 test passes.
 
 Time budget: ``recipe.time_budget`` is in seconds for the whole run, resumed calls
-included. Once it is spent, the current epoch's training ends after the step in progress,
-that epoch is tested and recorded as usual (its ``train_*`` values cover the steps it ran),
-and no further epoch starts. The checkpoint records the seconds spent: called again with a
-larger budget, a run stopped by its budget continues with the next epoch.
+included (see :mod:`going_modular.training.budget`).
 
 Checkpoints: ``fit(..., checkpoint_dir=DIR)`` saves after each completed epoch everything
 that decides the next step (see :mod:`going_modular.training.checkpoint`), atomically and
@@ -55,11 +45,7 @@ Several processes: ``fit(..., distributed=ctx)`` trains with DistributedDataPara
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
-import itertools
 import math
-import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -68,9 +54,9 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data.distributed import DistributedSampler
-from tqdm import tqdm
 
 from going_modular.training import distributed as ddp
+from going_modular.training.budget import TimeBudget, UntilDeadline, agree
 from going_modular.training.checkpoint import (
     CHECKPOINT_NAME,
     TrainingState,
@@ -78,16 +64,20 @@ from going_modular.training.checkpoint import (
 )
 from going_modular.training.distributed import Distributed
 from going_modular.training.divergence import (
-    NONFINITE_CHECK_STEPS,
-    DeviceLossCheck,
     NonFiniteLossError,
     TrainingDiverged,
-    check_finite_loss,
     check_not_exploded,
-    non_finite_elsewhere,
 )
 from going_modular.training.recipe import BatchTransform, Recipe
 from going_modular.training.seeding import get_device
+from going_modular.training.steps import (
+    Stepper,
+    Tally,
+    autocast,
+    batches,
+    loader_length,
+    unit_scaler,
+)
 
 __all__ = [
     "RESULT_KEYS",
@@ -119,20 +109,12 @@ _SHOWN = RESULT_KEYS[:4]  # the values printed after each epoch
 _ASYNC_DEVICES = ("cuda",)
 
 
-def _length(data: Iterable) -> int | None:
-    """The number of batches of ``data``, or None when it has no length (a generator)."""
-    try:
-        return len(data)  # type: ignore[arg-type]
-    except TypeError:
-        return None
-
-
 def _check_loaders(train_data: Iterable, test_data: Iterable | None) -> None:
     """Before training, refuse a loader that would yield no batch, saying why."""
     if train_data is None:
         raise ValueError("No training dataloader was given.")
     for name, loader in (("training", train_data), ("test", test_data)):
-        if loader is None or _length(loader) != 0:
+        if loader is None or loader_length(loader) != 0:
             continue  # no test data, batches, or no length to check
         dataset = getattr(loader, "dataset", None)
         size = len(dataset) if hasattr(dataset, "__len__") else 0
@@ -146,101 +128,6 @@ def _check_loaders(train_data: Iterable, test_data: Iterable | None) -> None:
             f"The {name} dataloader has no batches: its dataset is empty. Check the "
             "data folder or the subset you selected."
         )
-
-
-def autocast(device: torch.device | str, amp: bool):
-    """float16 autocast on CUDA, bfloat16 on a CPU, nothing when ``amp`` is False."""
-    if not amp:
-        return contextlib.nullcontext()
-    kind = torch.device(device).type
-    return torch.autocast(
-        kind, dtype=torch.float16 if kind == "cuda" else torch.bfloat16
-    )
-
-
-def _hard_labels(y: torch.Tensor) -> torch.Tensor:
-    return y.argmax(dim=1) if y.is_floating_point() and y.ndim == 2 else y
-
-
-def _batches(dataloader: Iterable, max_steps: int | None, desc: str, progress: bool):
-    """At most ``max_steps`` batches of ``dataloader``, under a progress bar."""
-    total = _length(dataloader)
-    if max_steps is not None:
-        total = max_steps if total is None else min(total, max_steps)
-    batches = itertools.islice(dataloader, max_steps)
-    return tqdm(
-        batches,
-        total=total,
-        desc=desc,
-        leave=False,
-        file=sys.stdout,
-        disable=not progress,
-        mininterval=0.5,  # fewer redraws: in a notebook each one costs the training
-    )
-
-
-def _agree(flag: bool, ctx: Distributed | None) -> bool:
-    """``flag``, or in a distributed run whether it holds on any process."""
-    return flag if ctx is None else ddp.any_rank(flag, ctx)
-
-
-class _UntilDeadline:
-    """Iterate over ``loader`` until ``time.perf_counter()`` passes ``deadline`` (on any
-    process, in a distributed run ``ctx``).
-
-    The first batch is always yielded, so an epoch that starts in time trains at least one step;
-    ``len()`` is the loader's, for progress bars.
-    """
-
-    def __init__(self, loader: Iterable, deadline: float, ctx: Distributed | None):
-        self.loader, self.deadline, self.ctx, self.stopped = (
-            loader,
-            deadline,
-            ctx,
-            False,
-        )
-
-    def __len__(self) -> int:
-        return len(self.loader)  # type: ignore[arg-type]
-
-    def __iter__(self):
-        for i, batch in enumerate(self.loader):
-            if i > 0 and _agree(time.perf_counter() >= self.deadline, self.ctx):
-                self.stopped = True
-                return
-            yield batch
-
-
-class _Tally:
-    """Per-sample sums of the loss and of the correct predictions, kept on the device:
-    adding a batch never waits for a GPU; :meth:`result` syncs once, at the end. ``first``
-    is the first batch's loss (a tensor), ``steps`` the number of batches."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.loss: torch.Tensor | float = 0.0
-        self.correct: torch.Tensor | float = 0.0
-        self.seen = self.steps = 0
-        self.first: torch.Tensor | None = None
-
-    def add(self, loss: torch.Tensor, logits: torch.Tensor, y: torch.Tensor) -> None:
-        n = logits.shape[0]
-        if self.first is None:
-            self.first = loss.detach().float()
-        self.loss = self.loss + loss.detach().float() * n
-        self.correct = self.correct + (logits.argmax(dim=1) == _hard_labels(y)).sum()
-        self.seen += n
-        self.steps += 1
-
-    def result(self, ctx: Distributed | None = None) -> tuple[float, float]:
-        """The mean loss and the accuracy per sample (over every process's samples)."""
-        sums = [self.loss, self.correct, self.seen]
-        loss, correct, seen = sums if ctx is None else ddp.all_sum(sums, ctx)
-        if seen == 0:
-            raise ValueError(
-                f"The {self.name} dataloader yielded no batches; is the dataset empty?"
-            )
-        return float(loss) / seen, float(correct) / seen
 
 
 def _defer_loss_check(
@@ -257,100 +144,6 @@ def _defer_loss_check(
         and torch.device(device).type in _ASYNC_DEVICES
         and bool(optimizer.defaults.get("fused"))
     )
-
-
-def _unit_scaler(device: torch.device | str) -> torch.amp.GradScaler:
-    """A gradient scaler that does not scale (float32): it only skips, on the device, a step
-    whose gradients are not finite."""
-    return torch.amp.GradScaler(
-        torch.device(device).type, init_scale=1.0, growth_interval=2**30
-    )
-
-
-def _has_batchnorm(model: nn.Module) -> bool:
-    return any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules())
-
-
-@dataclasses.dataclass
-class _Stepper:
-    """How a batch trains the model: the loss, the optimiser and what goes with it."""
-
-    loss_fn: nn.Module
-    optimizer: torch.optim.Optimizer
-    device: torch.device | str
-    scheduler: torch.optim.lr_scheduler.LRScheduler | None = None
-    max_grad_norm: float | None = None
-    amp: bool = False
-    scaler: torch.amp.GradScaler | None = None
-    batch_transform: BatchTransform | None = None
-    ctx: Distributed | None = None
-
-    def __post_init__(self) -> None:
-        self.deferred = _defer_loss_check(self.device, self.optimizer, self.ctx)
-        if self.deferred and self.scaler is None:
-            self.scaler = _unit_scaler(self.device)
-
-    def run(self, model: nn.Module, batches: Iterable, epoch: int | None) -> _Tally:
-        """One pass of training over ``batches`` (see :func:`train_one_epoch`)."""
-        model.train()
-        tally = _Tally("training")
-        device_check = DeviceLossCheck(self.device) if self.deferred else None
-        single_batch_fails = _has_batchnorm(model)
-        for step, (X, y) in enumerate(batches, start=1):
-            if single_batch_fails and X.shape[0] == 1:
-                continue  # BatchNorm cannot train on one image: dropped, as drop_last would
-            X, y = (
-                X.to(self.device, non_blocking=True),
-                y.to(self.device, non_blocking=True),
-            )
-            if self.batch_transform is not None:
-                X, y = self.batch_transform(X, y)
-            with autocast(self.device, self.amp):
-                logits = model(X)
-                loss = self.loss_fn(logits, y)
-            self._check(loss, X, device_check, epoch, step)
-            self._update(model, loss)
-            tally.add(loss, logits, y)
-        if device_check is not None:
-            device_check.check(self.optimizer, epoch)
-        if tally.seen == 0 and single_batch_fails:
-            raise ValueError(
-                "The training dataloader yielded no batches; is the dataset empty? (A "
-                "model with BatchNorm skips batches of a single image: use a larger batch "
-                "size.)"
-            )
-        return tally
-
-    def _check(self, loss, X, device_check, epoch: int | None, step: int) -> None:
-        """Raise before backward when the loss is NaN or infinite (here or, in a
-        distributed run, in any process); or note it on the device (see the module)."""
-        if device_check is not None:
-            device_check.add(loss, step)
-            if step % NONFINITE_CHECK_STEPS == 0:
-                device_check.check(self.optimizer, epoch)
-        elif self.ctx is None:
-            check_finite_loss(loss, X, self.optimizer, epoch, step)
-        elif ddp.any_rank(~torch.isfinite(loss.detach()).all(), self.ctx):
-            check_finite_loss(loss, X, self.optimizer, epoch, step)  # if it was ours
-            raise non_finite_elsewhere(self.optimizer, epoch, step)
-
-    def _update(self, model: nn.Module, loss: torch.Tensor) -> None:
-        """Backward, clip, step the optimiser (through the scaler) and the schedule."""
-        self.optimizer.zero_grad(set_to_none=True)
-        if self.scaler is not None:
-            self.scaler.scale(loss).backward()
-            self.scaler.unscale_(self.optimizer)
-        else:
-            loss.backward()
-        if self.max_grad_norm is not None:
-            nn.utils.clip_grad_norm_(model.parameters(), self.max_grad_norm)
-        if self.scaler is not None:
-            self.scaler.step(self.optimizer)
-            self.scaler.update()
-        else:
-            self.optimizer.step()
-        if self.scheduler is not None:
-            self.scheduler.step()
 
 
 def train_one_epoch(
@@ -379,18 +172,12 @@ def train_one_epoch(
     on CUDA). A model with BatchNorm skips a batch of a single image (BatchNorm cannot train
     on one), as ``drop_last`` would.
     """
-    stepper = _Stepper(
-        loss_fn,
-        optimizer,
-        device,
-        scheduler,
-        max_grad_norm,
-        amp,
-        scaler,
-        batch_transform,
-    )
-    batches = _batches(dataloader, max_steps, "train", progress)
-    return stepper.run(model, batches, epoch=None).result()
+    stepper = Stepper(
+        loss_fn, optimizer, device, scheduler, max_grad_norm, amp, scaler,
+        batch_transform, deferred=_defer_loss_check(device, optimizer),
+    )  # fmt: skip
+    passes = batches(dataloader, max_steps, "train", progress)
+    return stepper.run(model, passes, epoch=None).result()
 
 
 @torch.inference_mode()
@@ -412,13 +199,12 @@ def evaluate(
     and the sums are added across processes: every sample counts once, on every process.
     """
     if distributed is not None:
-        model = ddp.unwrap(
-            model
-        )  # no DDP collectives: the shares may differ by a batch
+        # No DDP collectives: the shares may differ by a batch.
+        model = ddp.unwrap(model)
         dataloader = ddp.eval_shard(dataloader, distributed)
     model.eval()
-    tally = _Tally("test")
-    for X, y in _batches(dataloader, max_steps, "test", progress):
+    tally = Tally("test")
+    for X, y in batches(dataloader, max_steps, "test", progress):
         X, y = X.to(device, non_blocking=True), y.to(device, non_blocking=True)
         with autocast(device, amp):
             logits = model(X)
@@ -431,7 +217,7 @@ def _run_length(
     train_data: Iterable, recipe: Recipe
 ) -> tuple[int, int | None, int | None]:
     """The run's epochs, the steps of a full epoch and the total steps (None: unknown)."""
-    per_epoch, length = recipe.max_steps_per_epoch, _length(train_data)
+    per_epoch, length = recipe.max_steps_per_epoch, loader_length(train_data)
     if length is not None:
         per_epoch = length if per_epoch is None else min(per_epoch, length)
     if recipe.steps is None:
@@ -443,24 +229,6 @@ def _run_length(
             "a length (a DataLoader has one) or set max_steps_per_epoch."
         )
     return math.ceil(recipe.steps / per_epoch), per_epoch, recipe.steps
-
-
-class _Budget:
-    """The recipe's time budget, in seconds over the whole run: ``spent`` in the calls
-    before a resume (saved in the checkpoint), plus this call's."""
-
-    def __init__(self, seconds: float | None, spent: float) -> None:
-        self.seconds, self.spent, self.start = seconds, spent, time.perf_counter()
-        self.message = f"Time budget of {seconds or 0:.0f} s spent"
-
-    def used(self) -> float:
-        return self.spent + time.perf_counter() - self.start
-
-    def deadline(self) -> float:
-        return self.start + self.seconds - self.spent
-
-    def over(self) -> bool:
-        return self.seconds is not None and self.used() >= self.seconds
 
 
 def _model_for(model: nn.Module, train_data: Iterable, ctx: Distributed) -> nn.Module:
@@ -477,12 +245,12 @@ def _model_for(model: nn.Module, train_data: Iterable, ctx: Distributed) -> nn.M
 
 
 def _scaler(
-    device: torch.device, recipe: Recipe, optimizer, ctx
+    device: torch.device, recipe: Recipe, deferred: bool
 ) -> torch.amp.GradScaler | None:
     """float16's gradient scaler on CUDA; the unit scaler of a check kept on the device."""
     if recipe.amp and device.type == "cuda":
         return torch.amp.GradScaler("cuda")
-    return _unit_scaler(device) if _defer_loss_check(device, optimizer, ctx) else None
+    return unit_scaler(device) if deferred else None
 
 
 class _Run:
@@ -507,9 +275,10 @@ class _Run:
         )
         scheduler = recipe.build_schedule(optimizer, total_steps)
         loss_fn, self.test_loss_fn = recipe.build_losses()
-        self.stepper = _Stepper(
+        deferred = _defer_loss_check(self.device, optimizer, ctx)
+        self.stepper = Stepper(
             loss_fn, optimizer, self.device, scheduler, recipe.max_grad_norm, recipe.amp,
-            _scaler(self.device, recipe, optimizer, ctx), recipe.batch_transform, ctx,
+            _scaler(self.device, recipe, deferred), recipe.batch_transform, ctx, deferred,
         )  # fmt: skip
         world = 1 if ctx is None else ctx.world_size
         config = training_config(
@@ -559,8 +328,8 @@ class _Run:
         if isinstance(sampler, DistributedSampler):
             sampler.set_epoch(epoch)  # each epoch its own order, the same on every rank
         start = time.perf_counter()
-        batches = _batches(loader, self._max_steps(epoch), "train", self.progress)
-        tally = self.stepper.run(self.model, batches, epoch)
+        passes = batches(loader, self._max_steps(epoch), "train", self.progress)
+        tally = self.stepper.run(self.model, passes, epoch)
         train_loss, train_acc = tally.result(self.ctx)
         trained = time.perf_counter()
         if self.first_loss is None:
@@ -578,7 +347,7 @@ class _Run:
             "epoch_seconds": end - start,
         }
 
-    def _first_step_loss(self, tally: _Tally) -> float:
+    def _first_step_loss(self, tally: Tally) -> float:
         """The first step's loss (its mean over the processes of a distributed run)."""
         if self.ctx is None:
             return float(tally.first)
@@ -618,7 +387,7 @@ class _Run:
     def call_back(self, callbacks: Sequence[Callback], epoch: int) -> bool:
         """Run the callbacks (on rank 0 only); whether one asks to stop (on every rank)."""
         stop = [bool(cb(epoch, self.results)) for cb in callbacks] if self.main else []
-        return _agree(any(stop), self.ctx)
+        return agree(any(stop), self.ctx)
 
 
 def _epoch_line(epoch: int, epochs: int, values: dict[str, float]) -> str:
@@ -655,17 +424,17 @@ def fit(
     if checkpoint_dir is not None:
         checkpoint_dir = Path(checkpoint_dir)
         run.resume(checkpoint_dir)
-    budget = _Budget(recipe.time_budget, run.spent)
+    budget = TimeBudget(recipe.time_budget, run.spent)
     stopped, epoch = "", run.done
     try:
         for epoch in range(run.done + 1, run.epochs + 1):
             first = epoch == run.done + 1 and not budget.spent  # trains at least a step
-            if _agree(budget.over() and not first, distributed):
+            if agree(budget.over() and not first, distributed):
                 stopped = budget.message
                 break
             loader = train_data
             if budget.seconds is not None:
-                loader = _UntilDeadline(train_data, budget.deadline(), distributed)
+                loader = UntilDeadline(train_data, budget.deadline(), distributed)
             values = run.train_and_test(epoch, loader)
             run.record(values)
             if checkpoint_dir is not None:
@@ -673,7 +442,7 @@ def fit(
             stop = run.call_back(callbacks, epoch)
             if run.progress:
                 print(_epoch_line(epoch, run.epochs, values))
-            if isinstance(loader, _UntilDeadline) and loader.stopped:
+            if isinstance(loader, UntilDeadline) and loader.stopped:
                 stopped = budget.message
                 break
             if stop:

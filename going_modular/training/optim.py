@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import math
-from numbers import Integral
 
 import torch
 from torch import nn
+
+from going_modular.data.checks import check_range, check_sizes
 
 __all__ = ["param_groups_weight_decay", "warmup_cosine_schedule"]
 
@@ -35,17 +36,9 @@ def warmup_cosine_schedule(
     Step ``s`` of the warmup gets ``min(1, (s + 1) / warmup_steps)`` of the LR, so a
     fractional ``warmup_steps`` never overshoots the peak.
     """
-    if not isinstance(total_steps, Integral) or total_steps < 1:
-        raise ValueError(
-            f"total_steps must be a positive integer, got {total_steps!r}."
-        )
-    if not 0 <= warmup_steps <= total_steps:  # also refuses NaN
-        raise ValueError(
-            f"warmup_steps must satisfy 0 <= warmup_steps <= total_steps "
-            f"({total_steps}), got {warmup_steps!r}."
-        )
-    if not 0 <= min_factor <= 1:
-        raise ValueError(f"min_factor must be in [0, 1], got {min_factor!r}.")
+    check_sizes(total_steps=total_steps)
+    check_range("warmup_steps", warmup_steps, 0, total_steps)
+    check_range("min_factor", min_factor, 0, 1)
 
     def factor(step: int) -> float:
         if step < warmup_steps:

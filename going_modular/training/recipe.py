@@ -16,13 +16,18 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import math
 from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import nn
 
+from going_modular.data.checks import (
+    check_non_negative,
+    check_positive,
+    check_range,
+    check_sizes,
+)
 from going_modular.training.optim import (
     param_groups_weight_decay,
     warmup_cosine_schedule,
@@ -41,17 +46,9 @@ Schedule = Callable[
 SCHEDULES = ("constant", "warmup_cosine")
 
 
-def _positive(name: str, value: Any, kind: type = float, optional: bool = True) -> None:
-    if value is None and optional:
-        return
-    if kind is int:
-        ok = isinstance(value, int) and not isinstance(value, bool) and value > 0
-        what = "a positive integer"
-    else:
-        ok = isinstance(value, (int, float)) and 0 < value < math.inf
-        what = "a positive number"
-    if not ok:
-        raise ValueError(f"{name} must be {what}, got {value!r}.")
+def _given(**values: Any) -> dict[str, Any]:
+    """The optional ``values`` that are set (not None), for the checks."""
+    return {name: value for name, value in values.items() if value is not None}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,31 +103,30 @@ class Recipe:
 
     def __post_init__(self) -> None:
         """Refuse values that make no sense, naming the field."""
-        _positive("lr", self.lr)
-        _positive("epochs", self.epochs, int, optional=False)
-        _positive("steps", self.steps, int)
-        _positive("max_steps_per_epoch", self.max_steps_per_epoch, int)
-        _positive("max_eval_steps", self.max_eval_steps, int)
-        _positive("time_budget", self.time_budget)
-        _positive("max_grad_norm", self.max_grad_norm)
+        check_positive(lr=self.lr)
+        check_sizes(epochs=self.epochs)
+        check_sizes(
+            **_given(
+                steps=self.steps,
+                max_steps_per_epoch=self.max_steps_per_epoch,
+                max_eval_steps=self.max_eval_steps,
+            )
+        )
+        check_positive(
+            **_given(time_budget=self.time_budget, max_grad_norm=self.max_grad_norm)
+        )
         if self.steps is not None and self.epochs != 1:
             raise ValueError(
                 f"Give the run's length as epochs or as steps, not both (epochs="
                 f"{self.epochs}, steps={self.steps})."
             )
-        if not 0 <= self.weight_decay < math.inf:
-            raise ValueError(
-                f"weight_decay must be a number >= 0, got {self.weight_decay!r}."
-            )
+        check_non_negative(weight_decay=self.weight_decay)
         if self.weight_decay and isinstance(self.optimizer, torch.optim.Optimizer):
             raise ValueError(
                 "weight_decay applies to the optimiser the recipe builds: an optimiser "
                 "already built keeps its own (set weight_decay when you build it)."
             )
-        if not 0 <= self.label_smoothing < 1:
-            raise ValueError(
-                f"label_smoothing must be in [0, 1), got {self.label_smoothing!r}."
-            )
+        check_range("label_smoothing", self.label_smoothing, 0, 1, high_open=True)
         if self.label_smoothing and self.loss_fn is not None:
             raise ValueError(
                 "label_smoothing applies to the default cross-entropy: with your own "
@@ -141,10 +137,7 @@ class Recipe:
                 f"Unknown schedule {self.schedule!r}: choose one of {SCHEDULES} or pass "
                 "a function (optimizer, total_steps) -> scheduler."
             )
-        if not 0 <= self.warmup_steps < math.inf:
-            raise ValueError(
-                f"warmup_steps must be a number >= 0, got {self.warmup_steps!r}."
-            )
+        check_non_negative(warmup_steps=self.warmup_steps)
         if self.warmup_steps and self.schedule != "warmup_cosine":
             raise ValueError(
                 f"warmup_steps={self.warmup_steps:g} needs schedule='warmup_cosine' "

@@ -8,8 +8,8 @@ the chapters then read the runs back to draw their plots::
     runs = read_runs("ch12-experiment-1")                 # one row per run
     curves = metric_histories(runs, ["test_acc"])         # one row per (run, epoch)
 
-The store is ``sqlite:///<project>/runs/mlflow.db`` (``runs/`` is not committed), or
-``$BOOK_MLFLOW_URI`` when set. :func:`ui_command` gives the command that opens MLflow's
+The store is ``sqlite:///<project>/runs/mlflow.db`` (``runs/`` is not committed), or the
+URI given to :func:`set_tracking_uri` (the book passes its ``BOOK_MLFLOW_URI``). :func:`ui_command` gives the command that opens MLflow's
 web UI on it. MLflow's usage telemetry is switched off, since the book runs offline.
 MLflow is the ``tracking`` extra (``pip install "vit-from-scratch[tracking]"``), imported
 on first use: this module imports without it, and :func:`require_mlflow` says what to run.
@@ -38,7 +38,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "INSTALL_HINT",
-    "URI_VARIABLE",
     "default_store",
     "fit_logged",
     "log_epoch",
@@ -47,13 +46,14 @@ __all__ = [
     "metric_histories",
     "read_runs",
     "require_mlflow",
+    "set_tracking_uri",
     "start_run",
     "tracking_uri",
     "ui_command",
     "use_experiment",
 ]
 
-URI_VARIABLE = "BOOK_MLFLOW_URI"
+_state: dict[str, str | None] = {"uri": None}
 INSTALL_HINT = (
     'MLflow and Ax are not installed: run  pip install "vit-from-scratch[tracking]"  '
     "(or, from a checkout,  pip install -e '.[tracking]')."
@@ -76,9 +76,16 @@ def default_store() -> Path:
     return (root if root is not None else Path.cwd()) / "runs" / "mlflow.db"
 
 
+def set_tracking_uri(uri: str | None) -> str | None:
+    """Log to the MLflow store at ``uri`` from now on (None or "": the default store);
+    return the URI set before (None: the default), so that a caller can put it back."""
+    previous, _state["uri"] = _state["uri"], uri or None
+    return previous
+
+
 def tracking_uri() -> str:
-    """``$BOOK_MLFLOW_URI`` if set, else ``sqlite:///`` + :func:`default_store`."""
-    return os.environ.get(URI_VARIABLE) or f"sqlite:///{default_store()}"
+    """The URI set by :func:`set_tracking_uri`, else ``sqlite:///`` + :func:`default_store`."""
+    return _state["uri"] or f"sqlite:///{default_store()}"
 
 
 def ui_command(uri: str | None = None) -> str:
