@@ -10,6 +10,7 @@ import sys
 import numpy as np
 import pytest
 import torch
+from PIL import Image
 
 from going_modular.book import widgets
 from going_modular.book.attention_maps import (
@@ -160,6 +161,12 @@ def test_patch_explorer_redraws_grid_and_similarity(vit):
     assert shown[1, 3] == pytest.approx(1.0) and shown.min() < 0.99
     with pytest.raises(ValueError, match="do not divide"):
         widgets.live_patch_explorer(torch.rand(3, 32, 32), (5,))
+    wide = Image.new("RGB", (48, 32), "black")
+    wide.paste("white", (8, 0, 40, 32))  # the centred square is white, the sides black
+    explorer = widgets.live_patch_explorer(wide, (8,))
+    assert len(explorer.figure.axes) == 1  # no position embeddings: the grid alone
+    assert (_image_data(explorer.figure.axes[0]) == 1).all()
+    assert "(16 + 1) x 192" in explorer.readout.value  # 8 x 8 pixels x 3 channels
 
 
 def test_attention_explorer_shows_the_models_maps(vit):
