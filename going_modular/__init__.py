@@ -59,6 +59,7 @@ book -> top level and CLI -> training -> data, models.
     ``book.attention_maps``   class-token maps, attention rollout, attention distance
     ``book.reference``        ``agree``: a piece checked against a reference implementation
     ``book.explorers``        interactive explorers that work offline on the rendered page
+    ``book.widgets``          the same explorers live (ipywidgets) where a kernel runs
     ``book.self_check``       self-check questions, answers folded until clicked
 The top level
     ``data_setup``  ``engine``  ``utils``  ``predictions``  ``train``  ``cli``

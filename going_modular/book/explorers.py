@@ -19,7 +19,7 @@ import math
 from collections.abc import Mapping, Sequence
 from functools import cache
 from importlib.resources import files
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from PIL import Image
@@ -36,13 +36,16 @@ from going_modular.models.vit import ViT
 
 __all__ = [
     "PAPER_PRESETS",
+    "AttentionData",
     "Explorer",
+    "attention_data",
     "attention_explorer",
     "explorer_page",
     "model_config",
     "patch_explorer",
     "schedule_explorer",
     "size_calculator",
+    "unit_range",
 ]
 
 # The ViT paper's Table 1 and the CCT paper's models: calculator preset -> registered name.
@@ -309,6 +312,42 @@ def _rows(weights: torch.Tensor, queries: list[int], offset: int) -> torch.Tenso
     return rows / rows.amax(dim=-1, keepdim=True).clamp_min(1e-12)
 
 
+class AttentionData(NamedTuple):
+    """A model's attention on a few images, as both the explorer and the live widget use it."""
+
+    maps: torch.Tensor  # (L, B, heads, T, T): every layer's attention
+    rollout: torch.Tensor  # (B, T, T)
+    pool: torch.Tensor | None  # (B, N): SeqPool's weights, for a CVT or CCT
+    predicted: list[int]  # the predicted class of each image
+    grid: int  # the patches form a grid x grid square
+    offset: int  # 1 with a class token in front of the patches, else 0
+
+
+def attention_data(model: nn.Module, images: torch.Tensor) -> AttentionData:
+    """Run ``model`` once (eval mode, no gradients) on ``images`` (B, C, H, W, moved to the
+    model's device) and collect its attention, rollout, SeqPool weights and predictions."""
+    images = images.to(next(model.parameters()).device)
+    maps = torch.stack(collect_attention(model, images)).float()  # (L, B, heads, T, T)
+    logits, pool = _forward(model, images)
+    tokens = maps.shape[-1]
+    grid = math.isqrt(tokens)
+    offset = 0 if grid * grid == tokens else 1  # 1 = a class token in front
+    grid = math.isqrt(tokens - offset)
+    if grid * grid != tokens - offset:
+        raise ValueError(f"{tokens} tokens are not a square grid (plus a class token).")
+    rollout = attention_rollout(list(maps))
+    return AttentionData(
+        maps, rollout, pool, logits.argmax(dim=-1).tolist(), grid, offset
+    )
+
+
+def unit_range(images: torch.Tensor) -> torch.Tensor:
+    """(B, C, H, W) images rescaled to [0, 1] one by one, for display."""
+    low = images.amin(dim=(1, 2, 3), keepdim=True)
+    high = images.amax(dim=(1, 2, 3), keepdim=True)
+    return (images - low) / (high - low).clamp_min(1e-12)
+
+
 def attention_explorer(
     model: nn.Module,
     images: torch.Tensor,
@@ -327,24 +366,13 @@ def attention_explorer(
     maps (default: ``images`` rescaled to [0, 1] one by one); ``class_names`` names the
     predicted classes.
     """
-    images = images.to(next(model.parameters()).device)
-    maps = torch.stack(collect_attention(model, images)).float()  # (L, B, heads, T, T)
-    logits, pool = _forward(model, images)
-    tokens = maps.shape[-1]
-    grid = math.isqrt(tokens)
-    offset = 0 if grid * grid == tokens else 1  # 1 = a class token in front
-    grid = math.isqrt(tokens - offset)
-    if grid * grid != tokens - offset:
-        raise ValueError(f"{tokens} tokens are not a square grid (plus a class token).")
+    maps, rollout, pool, predicted, grid, offset = attention_data(model, images)
     per_query = maps.shape[0] * maps.shape[2] * grid * grid  # bytes of one query's rows
     queries = _query_tokens(grid, offset == 1, max_bytes // per_query)
     raw = _rows(maps, queries, offset).transpose(0, 1)  # (B, L, heads, Q, N)
-    rollout = _rows(attention_rollout(list(maps)), queries, offset)  # (B, Q, N)
+    rollout = _rows(rollout, queries, offset)  # (B, Q, N)
     if display_images is None:
-        low = images.amin(dim=(1, 2, 3), keepdim=True)
-        high = images.amax(dim=(1, 2, 3), keepdim=True)
-        display_images = (images - low) / (high - low).clamp_min(1e-12)
-    predicted = logits.argmax(dim=-1).tolist()
+        display_images = unit_range(images)
     entries = []
     for i, image in enumerate(display_images):
         entry = {
