@@ -297,11 +297,13 @@ def test_using_tracking_needs_the_extra(tmp_path, uses_tracking):
 
 
 def test_a_name_is_followed_through_re_exports_to_its_module():
-    assert defining_modules({"helper_functions.set_seeds"}) == {"going_modular.utils"}
+    assert defining_modules({"helper_functions.set_seeds"}) == {
+        "going_modular.training.seeding"
+    }
     assert defining_modules({"going_modular.models.build_model"}) == {
         "going_modular.models.registry"
     }
-    assert defining_modules({"going_modular.utils.set_seeds"}) == set()
+    assert defining_modules({"going_modular.data_setup.walk_through_dir"}) == set()
 
 
 def test_an_extra_the_setup_cell_does_not_check_for_is_flagged(tmp_path):

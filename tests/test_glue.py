@@ -60,9 +60,9 @@ def test_prefix_is_myst_nbs():
     assert GLUE_PREFIX == myst_glue.GLUE_PREFIX
 
 
-def test_helper_functions_glue_does_not_import_myst_nb():
+def test_glue_does_not_import_myst_nb():
     code = (
-        "import sys; from helper_functions import glue; "
+        "import sys; from going_modular.book.glue import glue; "
         "glue('a', 1); assert 'myst_nb' not in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

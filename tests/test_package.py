@@ -113,10 +113,15 @@ COURSE_HELPERS = {
     "set_seeds",
     "walk_through_dir",
 }
-# The course's engine module re-exports the training loop it is the home of for readers.
-ENGINE_REEXPORTS = {
+# The course's own modules (learnpytorch's engine.py and utils.py) re-export what their
+# readers call through them: the training loop, and saving, loading, seeds and the device.
+COURSE_REEXPORTS = {
     ("going_modular.engine", "fit"),
     ("going_modular.engine", "evaluate"),
+    ("going_modular.utils", "get_device"),
+    ("going_modular.utils", "load_model"),
+    ("going_modular.utils", "save_model"),
+    ("going_modular.utils", "set_seeds"),
 }
 
 
@@ -162,7 +167,7 @@ def test_chapters_import_each_package_name_from_the_module_that_defines_it():
         (chapter, f"from {module} import {name}")
         for chapter, module, name in _chapter_imports()
         if module.split(".")[0] == "going_modular"
-        and (module, name) not in ENGINE_REEXPORTS
+        and (module, name) not in COURSE_REEXPORTS
         and (name is None or not defines(module, name))
     ]
     assert misplaced == []

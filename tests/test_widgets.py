@@ -138,7 +138,7 @@ def test_schedule_draws_the_engines_schedule():
     heights = [bar.get_height() for bar in explorer.figure.axes[1].patches]
     assert np.allclose(heights, [0.84, 0.04, 0.04, 0.04, 0.04])
     explorer.controls["warmup"].value = 150  # past the end: refused by the package
-    assert "warmup_steps must satisfy" in explorer.readout.value
+    assert "warmup_steps must be a finite number in [0, 100]" in explorer.readout.value
 
 
 def test_patch_explorer_redraws_grid_and_similarity(vit):
