@@ -10,7 +10,8 @@ book -> top level and CLI -> training -> data, models.
 ``models``: what a network is
     ``models.layers``       one attention, one MLP, one block: every transformer's layers
     ``models.vit``          the Vision Transformer (ViT-B/16 and the small ViTs)
-    ``models.cct``          ViT-Lite, CVT and CCT for images
+    ``models.cct``          the compact transformers for images: tokenizer, SeqPool, blocks
+    ``models.cct_variants`` CCT, CVT and the registered ViT-Lite, CVT and CCT sizes
     ``models.text_cct``     the CCT for text
     ``models.vitbn``        the ViT with BatchNorm
     ``models.tinyvgg``      TinyVGG, the first model
@@ -24,7 +25,9 @@ book -> top level and CLI -> training -> data, models.
     ``data.files``          atomic writes and folders: a file is whole or absent
     ``data.checks``         the package's one set of argument checks (every layer uses them)
     ``data.network``        whether the network may be used; test fixtures announced
-    ``data.download``       safe downloads: checked status, time limits, SHA-256, unpacking
+    ``data.download``       safe downloads: ``download_data``, its checks, SHA-256
+    ``data.http_fetch``     one HTTP(S) transfer: status, deadlines, stalls, redirects
+    ``data.archives``       unpacking a download: zip checks (members, bombs, free space)
     ``data.datasets``       image datasets: the real data online, a labelled stand-in offline
     ``data.text_datasets``  AG News, TREC and GloVe online, the docstring stand-in offline
     ``data.standins``       the offline stand-ins, made from data that packages ship

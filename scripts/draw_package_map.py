@@ -80,6 +80,7 @@ LAYERS = [
             "models.registry",
             "models.vit",
             "models.cct",
+            "models.cct_variants",
             "models.text_cct",
             "models.vitbn",
             "models.tinyvgg",
@@ -99,6 +100,8 @@ LAYERS = [
             "data.text_datasets",
             "data.standins",
             "data.download",
+            "data.http_fetch",
+            "data.archives",
             "data.network",
             "data.paths",
             "data.files",
@@ -121,7 +124,10 @@ RUN = [
         "CIFAR-10 (offline: a stand-in), in batches",
         ["data.datasets", "data_setup", "data.loaders", "data.gpu_augment"],
     ),
-    ('build_model("cct_2_3x2")', ["models.registry", "models.cct", "models.layers"]),
+    (
+        'build_model("cct_2_3x2")',
+        ["models.registry", "models.cct_variants", "models.cct", "models.layers"],
+    ),
     ("the CCT recipe: a Recipe", ["training.cct_recipes", "training.recipe"]),
     (
         "fit: epochs of steps, a checkpoint each",

@@ -17,7 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from going_modular.data import download
+from going_modular.data import archives
 from going_modular.data.download import DownloadError, download_data
 from going_modular.data.files import sha256_of
 
@@ -339,7 +339,7 @@ def test_a_zip_larger_than_the_free_space_is_refused(
     free = {"bytes": 9}  # GOOD unpacks to 10 bytes
     usage = shutil.disk_usage(tmp_path)
     monkeypatch.setattr(
-        download.shutil, "disk_usage", lambda path: usage._replace(free=free["bytes"])
+        archives.shutil, "disk_usage", lambda path: usage._replace(free=free["bytes"])
     )
     with pytest.raises(
         DownloadError, match=r"unpack to 10 bytes but .* has 9 bytes free"
