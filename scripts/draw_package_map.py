@@ -41,6 +41,7 @@ LAYERS = [
             "book.reference",
             "book.explorers",
             "book.self_check",
+            "book.widgets",
         ],
     ),
     (

@@ -11,11 +11,13 @@ import torch.nn.functional as F
 
 from going_modular.models import build_model, list_models
 from going_modular.models.cct import (
-    CCT,
     CompactBlock,
     CompactTransformer,
     SeqPool,
     Tokenizer,
+)
+from going_modular.models.cct_variants import (
+    CCT,
     cct_2_3x2,
     cct_7_3x1,
     cvt_7_4,

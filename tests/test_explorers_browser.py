@@ -27,8 +27,9 @@ from going_modular.book.explorers import (
     size_calculator,
 )
 from going_modular.book.self_check import self_check
-from going_modular.models.cct import cct_7_3x1, sinusoidal_embedding
+from going_modular.models.cct_variants import cct_7_3x1
 from going_modular.models.complexity import count_macs, count_params
+from going_modular.models.layers import sinusoidal_embedding
 from going_modular.models.registry import build_model
 from going_modular.models.vit import vit_tiny
 from going_modular.training.optim import warmup_cosine_schedule

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from going_modular.models import build_model, list_models
-from going_modular.models.cct import CCT, CVT, ViTLite
+from going_modular.models.cct import ViTLite
+from going_modular.models.cct_variants import CCT, CVT
 from going_modular.models.layers import DropPath
 from going_modular.models.registry import _REGISTRY, register_model
 from going_modular.models.text_cct import TextCCT

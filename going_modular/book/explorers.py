@@ -29,7 +29,8 @@ from going_modular.book.attention_maps import (
     attention_rollout,
     position_embedding_similarity,
 )
-from going_modular.models.cct import CCT, CVT, CompactTransformer
+from going_modular.models.cct import CompactTransformer
+from going_modular.models.cct_variants import CCT, CVT
 from going_modular.models.layers import collect_attention
 from going_modular.models.registry import build_model
 from going_modular.models.vit import ViT

@@ -39,7 +39,8 @@ from going_modular.book.explorers import (
     size_calculator,
     unit_range,
 )
-from going_modular.models.cct import CCT, CVT, ViTLite
+from going_modular.models.cct import ViTLite
+from going_modular.models.cct_variants import CCT, CVT
 from going_modular.models.complexity import count_macs, count_params
 from going_modular.models.vit import ViT
 from going_modular.training.optim import warmup_cosine_schedule

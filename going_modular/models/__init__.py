@@ -42,7 +42,7 @@ final norm.
 """
 
 from going_modular.models import (
-    cct,  # noqa: F401  (registers its factories)
+    cct_variants,  # noqa: F401  (registers the CCT, CVT and ViT-Lite factories)
     pretrained,  # noqa: F401  (registers its factory)
     tinyvgg,  # noqa: F401  (registers its factory)
     vit,  # noqa: F401  (registers its factories)

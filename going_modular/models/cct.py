@@ -14,7 +14,7 @@ CCT            1-2 x [conv, ReLU, max-pool]               :class:`SeqPool`
 =============  =========================================  =============================
 
 The CCT and CVT classes and the factories at the paper's sizes (``cct_7_3x1``, ``cvt_7_4``,
-``vit_lite_7_4``, ...) are in ``cct_variants``, re-exported here. Layer sizes, initialisation
+``vit_lite_7_4``, ...) are in ``cct_variants``. Layer sizes, initialisation
 and the encoder layer's wiring (:class:`CompactBlock`) follow the authors' reference code
 (SHI-Labs/Compact-Transformers), so parameter counts match it; their checkpoints load with
 ``convert.load_renamed(model, state_dict, convert.REFERENCE_KEYS)``. Unlike the reference,
@@ -39,34 +39,14 @@ from going_modular.models.layers import (
 )
 
 __all__ = [
-    "CCT",
-    "CVT",
     "POOLS",
     "POS_EMBEDS",
     "CompactBlock",
     "CompactTransformer",
-    "SIZES",
     "SeqPool",
     "Tokenizer",
     "ViTLite",
-    "reference_stride_padding",
     "sinusoidal_embedding",
-    "cct_14_7x2",
-    "cct_2_3x2",
-    "cct_4_3x2",
-    "cct_6_3x1",
-    "cct_6_3x2",
-    "cct_7_3x1",
-    "cct_7_3x2",
-    "cct_7_7x2",
-    "cvt_2_4",
-    "cvt_4_4",
-    "cvt_6_4",
-    "cvt_7_4",
-    "vit_lite_2_4",
-    "vit_lite_4_4",
-    "vit_lite_6_4",
-    "vit_lite_7_4",
 ]
 
 POS_EMBEDS = ("learnable", "sine", "none")
@@ -472,28 +452,3 @@ class ViTLite(CompactTransformer):
                 )
         tokenizer = Tokenizer.patchify(in_channels, dim, patch_size)
         super().__init__(tokenizer, img_size, dim=dim, pool=pool, **kwargs)
-
-
-# CCT, CVT and the registered factories subclass or build the classes above: imported last.
-from going_modular.models.cct_variants import (  # noqa: E402
-    CCT,
-    CVT,
-    SIZES,
-    cct_2_3x2,
-    cct_4_3x2,
-    cct_6_3x1,
-    cct_6_3x2,
-    cct_7_3x1,
-    cct_7_3x2,
-    cct_7_7x2,
-    cct_14_7x2,
-    cvt_2_4,
-    cvt_4_4,
-    cvt_6_4,
-    cvt_7_4,
-    reference_stride_padding,
-    vit_lite_2_4,
-    vit_lite_4_4,
-    vit_lite_6_4,
-    vit_lite_7_4,
-)

@@ -4,7 +4,7 @@ and CCT at the sizes of Hassani et al. (2021), registered with
 
 Names follow the paper: ``cct_7_3x1`` has 7 encoder layers and 1 convolution with a 3x3
 kernel; ``vit_lite_7_4`` and ``cvt_7_4`` have 7 layers and 4x4 patches. The parts and
-ViT-Lite are in ``cct``, which imports this module last and re-exports everything here.
+ViT-Lite are in ``cct``; ``going_modular.models`` imports this module to register the factories.
 """
 
 from __future__ import annotations

@@ -15,11 +15,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from going_modular.models.cct import (
-    SIZES,
-    CompactTransformer,
-    reference_stride_padding,
-)
+from going_modular.models.cct import CompactTransformer
+from going_modular.models.cct_variants import SIZES, reference_stride_padding
 from going_modular.models.checks import check_sizes
 from going_modular.models.layers import IntOrTensor, conv_output_size
 
@@ -252,7 +249,7 @@ def _check_padding_mask(mask: torch.Tensor, token_ids: torch.Tensor) -> None:
 
 # Factories (not registered: the models read token ids) -----------------------------------------
 # SHI-Labs/Compact-Transformers' src/text/cct.py defines text_cct_2, text_cct_4 and text_cct_6
-# with the sizes of the image CCT-2, CCT-4 and CCT-6 (cct.SIZES) and 300-wide word embeddings.
+# with the sizes of the image CCT-2, CCT-4 and CCT-6 (cct_variants.SIZES) and 300-wide word embeddings.
 
 
 def text_cct_2(
