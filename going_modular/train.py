@@ -471,9 +471,16 @@ def _stopped(
             f"answer within --dist-timeout ({first_line}). torchrun's summary names "
             "the rank that failed first."
         )
+    together = ctx is not None and isinstance(error, TrainingDiverged)  # same step
     if not _is_main(ctx):
+        if together:
+            distributed.barrier()  # exit after rank 0 has kept the run
         return _stopped_elsewhere(error, ctx)
-    record, kept = current.keep_stopped(error)
+    # under torchrun, another rank's exit brings a SIGTERM: it waits for the keeping
+    with runs.signals_held() if ctx is not None else contextlib.nullcontext():
+        record, kept = current.keep_stopped(error)
+    if together:
+        distributed.barrier()
     epochs = record["epochs_completed"]
     launcher = (
         "python" if ctx is None else f"torchrun --nproc_per_node={ctx.world_size}"

@@ -226,6 +226,14 @@ def test_an_interrupted_run_resumes_under_as_many_processes(
         assert resumed[key] == uninterrupted[key]
 
 
+def test_a_diverging_loss_stops_every_rank_and_is_reported_once(photos, tmp_path):
+    code, text = _finish(_launch(2, _options(photos, tmp_path, 4, "--lr", "1e9")))
+    assert code == 1
+    assert text.count("error: The training loss became nan") == 1, text
+    (run_dir,) = _run_dirs(tmp_path)
+    assert _results(run_dir)["status"] == "failed"
+
+
 # What rank 0 says when rank 1 dies, by the run's status: stopped by torchrun's agent,
 # which sees the dead worker and sends SIGTERM to the others (every 0.1 s here), or by
 # the process group, whose next collective fails. By default either may come first; when
