@@ -74,7 +74,7 @@ DATASETS = {
 # padded to 32x32 (e.g. patch size 16 or 32-pixel models), resized to 224, then the same in RGB.
 FASHION_INPUTS = [(size, c) for c in (1, 3) for size in (28, 32, 224)]
 # Options a resumed run may set anew; every other option is the run's own.
-RESUME_MAY_CHANGE = ("time_budget", "num_workers")
+RESUME_MAY_CHANGE = ("time_budget", "num_workers", "dist_timeout")
 
 
 class UsageError(ValueError):
@@ -195,7 +195,8 @@ def _add_training(add: Callable[..., argparse.Action]) -> None:
         "--batch-size",
         type=_positive_int,
         default=None,
-        help="default: 32, or the recipe's",
+        help="images per step and per process (under torchrun the global batch is "
+        "this times the number of processes); default: 32, or the recipe's",
     )
     add(
         "--lr",
@@ -203,7 +204,8 @@ def _add_training(add: Callable[..., argparse.Action]) -> None:
         dest="lr",
         type=_positive,
         default=None,
-        help="default: 1e-3, or the recipe's",
+        help="default: 1e-3, or the recipe's; used as given under torchrun too (not "
+        "scaled with the number of processes)",
     )
     add(
         "--weight-decay",
@@ -290,8 +292,16 @@ def _add_output(add: Callable[..., argparse.Action]) -> None:
         default=None,
         metavar="RUN_DIR",
         help="continue an interrupted or failed run (e.g. runs/latest) from its last "
-        "completed epoch, with its own options (only --time-budget and --num-workers may "
-        "be given anew)",
+        "completed epoch, with its own options (only --time-budget, --num-workers and "
+        "--dist-timeout may be given anew); under torchrun, with as many processes",
+    )
+    add(
+        "--dist-timeout",
+        type=_positive,
+        default=300.0,
+        metavar="SECONDS",
+        help="under torchrun: how long a process waits for the others at a step before "
+        "the run fails (a process that died or hangs); default: 300",
     )
     add(
         "--mlflow",
@@ -306,6 +316,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="python -m going_modular.train",
         description="Train one of the book's models on one of its datasets.",
+        epilog="On several processes (GPUs, or CPU processes): launch the same command "
+        "with torchrun, e.g. torchrun --nproc_per_node=2 -m going_modular.train ... Each "
+        "process trains on its shard of every global batch (--batch-size images each) "
+        "with NCCL on CUDA, gloo on a CPU; rank 0 writes the run. The learning rate is "
+        "not scaled: to keep lr per image constant, multiply --lr by the number of "
+        "processes yourself (the linear-scaling rule), or keep the global batch by "
+        "dividing --batch-size.",
     )
     for add_options in (_add_model_and_data, _add_training, _add_run, _add_output):
         add_options(parser.add_argument)
@@ -550,7 +567,8 @@ def resume_from(args: argparse.Namespace) -> Resumed:
     if changed:
         raise UsageError(
             f"--resume continues a run with its own options, so {', '.join(changed)} "
-            "cannot be given with it (only --time-budget and --num-workers can)"
+            "cannot be given with it (only --time-budget, --num-workers and --dist-timeout "
+            "can)"
         )
     checkpoint = _readable_checkpoint(args.resume, run_dir)
     for key, value in saved["options"].items():
@@ -604,6 +622,7 @@ class RunConfig:
     no_fallback: bool
     output_dir: Path
     resume: Path | None
+    dist_timeout: float  # seconds
     mlflow: bool
     cct: cct_recipes.CCTRecipe | None  # the --recipe, explicit options applied
     options: dict  # the options as given, for results.json

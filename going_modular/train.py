@@ -31,6 +31,16 @@ smoothing, AdamW (cct exempts biases and norms from weight decay) and warmup + c
 supplies the defaults of ``--epochs``, ``--batch-size``, ``--lr``, ``--weight-decay``,
 ``--warmup-epochs`` and ``--label-smoothing``; options given explicitly override them.
 ``--time-budget MINUTES`` stops training when the time is spent (see ``engine.fit``).
+
+Launched by ``torchrun --nproc_per_node=N -m going_modular.train ...`` (or with ``--nnodes``
+and ``--rdzv-endpoint`` on several machines), each process joins the process group
+(:func:`~going_modular.training.distributed.from_environment`: NCCL on CUDA, gloo on a CPU)
+and trains a replica on its shard of every global batch of ``N x --batch-size`` images;
+the learning rate is used as given. Rank 0 alone locks the output folder, creates the run
+folder (whose path it sends to the others) and writes the checkpoints, results, curves and
+MLflow records, and prints; every rank restores a ``--resume``d checkpoint, which must come
+from as many processes. A rank that dies or hangs ends the others after ``--dist-timeout``
+seconds at most, each saying which rank it is; rank 0 keeps the completed epochs.
 """
 
 from __future__ import annotations
@@ -38,16 +48,19 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+import os
 import signal
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 import matplotlib
 
 matplotlib.use("Agg")
 
 import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
 from torch import nn  # noqa: E402
 from torch.utils.data import DataLoader, Dataset  # noqa: E402
 from torchvision import transforms  # noqa: E402
@@ -64,24 +77,31 @@ from going_modular.cli import (  # noqa: E402
 from going_modular.data import augment, datasets, gpu_augment  # noqa: E402
 from going_modular.data.download import DownloadError  # noqa: E402
 from going_modular.models import build_model  # noqa: E402
-from going_modular.training import runs  # noqa: E402
+from going_modular.training import distributed, runs  # noqa: E402
 from going_modular.training.checkpoint import (  # noqa: E402
     CHECKPOINT_NAME,
     CheckpointMismatchError,
     config_mismatches,
     training_config,
 )
+from going_modular.training.distributed import Distributed  # noqa: E402
 from going_modular.training.divergence import TrainingDiverged  # noqa: E402
 from going_modular.training.recipe import Recipe  # noqa: E402
 
 __all__ = [
     "FAILURES",
+    "ProcessGroupFailed",
     "TrainingFailed",
     "TrainingInterrupted",
     "main",
     "make_dataloaders",
     "run",
 ]
+
+
+class ProcessGroupFailed(RuntimeError):
+    """Under torchrun: another process ended, or did not answer within ``--dist-timeout``."""
+
 
 # Errors that end a run with one line (the run marked failed and the CLI exiting with 1); any
 # other error is a bug, whose traceback is worth more than a line.
@@ -91,7 +111,9 @@ FAILURES = (
     data_setup.ImageDecodeError,
     DownloadError,
     OSError,
+    ProcessGroupFailed,
 )
+_T = TypeVar("_T")
 
 
 class TrainingInterrupted(KeyboardInterrupt):
@@ -202,9 +224,16 @@ def _device_loaders(config: RunConfig, img_size: int, device: torch.device):
     return train_dl, test_dl, list(train_data.classes)
 
 
-def _loaders(config: RunConfig, img_size: int, channels: int, device: torch.device):
-    """The training and test loaders and the class names the config asks for."""
-    if config.augments_on(device.type):
+def _loaders(
+    config: RunConfig,
+    img_size: int,
+    channels: int,
+    device: torch.device,
+    one_process: bool = True,
+):
+    """The training and test loaders and the class names the config asks for (the
+    augmentation on the device only in ``one_process``: a sampler cannot shard it)."""
+    if one_process and config.augments_on(device.type):
         return _device_loaders(config, img_size, device)
     split_transforms = {}
     if config.cct is not None and config.dataset == "cifar10":
@@ -325,6 +354,83 @@ def _recipe(config: RunConfig, steps_per_epoch: int, num_classes: int) -> Recipe
     )
 
 
+# --- Several processes (torchrun) ---------------------------------------------------------------
+
+
+def _is_main(ctx: Distributed | None) -> bool:
+    """Whether this process writes the run: the only one, or rank 0."""
+    return ctx is None or ctx.is_main
+
+
+def _where(ctx: Distributed | None) -> str:
+    """Which process says a line: "[rank r of N] " under torchrun, else nothing."""
+    return "" if ctx is None else f"[rank {ctx.rank} of {ctx.world_size}] "
+
+
+def _on_main(ctx: Distributed | None, make: Callable[[], _T]) -> _T:
+    """``make()`` on rank 0 alone; its result, or the UsageError it raised, on every rank."""
+    if ctx is None:
+        return make()
+    value, refused = None, None
+    if ctx.is_main:
+        try:
+            value = make()
+        except UsageError as error:
+            refused = error
+    value, refused = distributed.broadcast((value, refused), ctx)
+    if refused is not None:
+        raise refused
+    return value
+
+
+@contextlib.contextmanager
+def _main_first(ctx: Distributed | None) -> Iterator[None]:
+    """Rank 0 runs the block before the other ranks do (it may download the data)."""
+    if not _is_main(ctx):
+        distributed.barrier()
+    yield
+    if ctx is not None and ctx.is_main:
+        distributed.barrier()
+
+
+@contextlib.contextmanager
+def _silenced(quiet: bool, stderr: bool = True) -> Iterator[None]:
+    """Within the block, nothing printed on stdout (nor on stderr) when ``quiet``: under
+    torchrun, the ranks other than 0 leave the reporting to rank 0."""
+    if not quiet:
+        yield
+        return
+    with open(os.devnull, "w") as null, contextlib.redirect_stdout(null):
+        with contextlib.redirect_stderr(null) if stderr else contextlib.nullcontext():
+            yield
+
+
+def _lost_contact(error: BaseException, ctx: Distributed | None) -> bool:
+    """Whether ``error`` is a collective that failed because another rank died or hung
+    (NCCL raises a DistError; gloo a RuntimeError from its transport)."""
+    if ctx is None:
+        return False
+    return isinstance(error, dist.DistError) or (
+        isinstance(error, RuntimeError) and "gloo" in str(error)
+    )
+
+
+def _share_work(config: RunConfig, ctx: Distributed) -> None:
+    """Say once how the processes share the work and which learning rate they use."""
+    if config.gpu_augment == "on":
+        raise UsageError(
+            "--gpu-augment on augments whole batches on one device and cannot be "
+            "sharded between torchrun's processes: use --gpu-augment off"
+        )
+    n, batch = ctx.world_size, config.batch_size
+    print(
+        f"[INFO] Distributed: {n} processes ({ctx.backend} on {ctx.device.type}), "
+        f"{batch} images each per step: a global batch of {n * batch}. The learning "
+        f"rate {config.lr:g} is used as given, not scaled (the linear-scaling rule "
+        f"would use {n} x {config.lr:g} = {n * config.lr:g} for this {n}x larger batch)."
+    )
+
+
 # --- The run -------------------------------------------------------------------------------------
 
 
@@ -339,12 +445,47 @@ def _log_to_mlflow(config: RunConfig, record: dict, results: dict) -> None:
     print(f"[INFO] Logged to MLflow; browse with: {tracking.ui_command()}")
 
 
-def _stopped(current: runs.Run, error: BaseException) -> BaseException:
-    """Keep what ``error`` left of the run (:meth:`~going_modular.training.runs.Run.keep_stopped`);
-    return what to raise instead: one line for a stop or a known failure, else ``error``."""
-    record, kept = current.keep_stopped(error)
+def _stopped_elsewhere(error: BaseException, ctx: Distributed) -> BaseException:
+    """What a rank other than 0 raises when a stop or a failure ends its part: nothing to
+    say for a stop or a divergence (rank 0 keeps the run and reports), one line naming the
+    rank for its own failure."""
+    if isinstance(error, KeyboardInterrupt):
+        return TrainingInterrupted("", runs.exit_code(error))
+    if isinstance(error, TrainingDiverged):  # every rank stopped at the same step
+        return TrainingFailed("")
+    if isinstance(error, FAILURES):
+        return TrainingFailed(f"{_where(ctx)}{runs.describe_error(error)}")
+    return error
+
+
+def _stopped(
+    current: runs.Run, error: BaseException, ctx: Distributed | None = None
+) -> BaseException:
+    """Keep what ``error`` left of the run (:meth:`~going_modular.training.runs.Run.keep_stopped`,
+    on rank 0); return what to raise instead: one line for a stop or a known failure (a lost
+    process among them), else ``error``."""
+    if _lost_contact(error, ctx):
+        first_line = str(error).strip().splitlines()[0].split(". ")[0][:160]
+        error = ProcessGroupFailed(
+            f"{_where(ctx)}Lost contact with another process: it ended, or did not "
+            f"answer within --dist-timeout ({first_line}). torchrun's summary names "
+            "the rank that failed first."
+        )
+    together = ctx is not None and isinstance(error, TrainingDiverged)  # same step
+    if not _is_main(ctx):
+        if together:
+            distributed.barrier()  # exit after rank 0 has kept the run
+        return _stopped_elsewhere(error, ctx)
+    # under torchrun, another rank's exit brings a SIGTERM: it waits for the keeping
+    with runs.signals_held() if ctx is not None else contextlib.nullcontext():
+        record, kept = current.keep_stopped(error)
+    if together:
+        distributed.barrier()
     epochs = record["epochs_completed"]
-    resume = f" Continue with: python -m going_modular.train --resume {current.dir}"
+    launcher = (
+        "python" if ctx is None else f"torchrun --nproc_per_node={ctx.world_size}"
+    )
+    resume = f" Continue with: {launcher} -m going_modular.train --resume {current.dir}"
     interrupted = isinstance(error, KeyboardInterrupt)
     if not epochs or (not interrupted and isinstance(error, TrainingDiverged)):
         resume = ""  # nothing to continue, or the same options would diverge again
@@ -361,20 +502,25 @@ def _stopped(current: runs.Run, error: BaseException) -> BaseException:
 
 
 @contextlib.contextmanager
-def _kept_if_stopped(current: runs.Run) -> Iterator[None]:
+def _kept_if_stopped(
+    current: runs.Run, ctx: Distributed | None = None
+) -> Iterator[None]:
     """Within the block, a stop or a failure keeps what the run has done (:func:`_stopped`)."""
     try:
         yield
     except BaseException as error:
-        stop = _stopped(current, error)
+        stop = _stopped(current, error, ctx)
         if stop is error:
             raise
         raise stop from None
 
 
-def _new_run(config: RunConfig, model: nn.Module, img_size: int) -> runs.Run:
-    """A new run folder, its record written (status running)."""
-    run_dir = runs.new_run_dir(config.output_dir)
+def _new_run(
+    config: RunConfig, model: nn.Module, img_size: int, ctx: Distributed | None
+) -> runs.Run:
+    """A new run folder (rank 0 creates it and sends its path to the others), its record
+    written (status running)."""
+    run_dir = _on_main(ctx, lambda: runs.new_run_dir(config.output_dir))
     record = {
         "run_id": run_dir.name,
         "model": config.model,
@@ -383,18 +529,27 @@ def _new_run(config: RunConfig, model: nn.Module, img_size: int) -> runs.Run:
         "status": "running",
     }
     current = runs.Run(run_dir, record, model, img_size)
-    current.write_results(record, {})
+    if _is_main(ctx):
+        current.write_results(record, {})
     print(f"[INFO] Writing the run in {run_dir}")
     return current
 
 
 def _prepare(
-    config: RunConfig, current: runs.Run, channels: int, device: torch.device
+    config: RunConfig,
+    current: runs.Run,
+    channels: int,
+    device: torch.device,
+    ctx: Distributed | None,
 ) -> tuple[DataLoader, DataLoader, Recipe]:
-    """The data and the recipe; the run's record takes the data's class names and sizes."""
-    train_dl, test_dl, class_names = _loaders(
-        config, current.img_size, channels, device
-    )
+    """The data (each rank's shard of the training set under torchrun) and the recipe; the
+    run's record takes the data's class names and sizes."""
+    with _main_first(ctx):
+        train_dl, test_dl, class_names = _loaders(
+            config, current.img_size, channels, device, one_process=ctx is None
+        )
+    if ctx is not None:
+        train_dl = distributed.shard(train_dl, ctx, shuffle=True, seed=config.seed)
     current.class_names = class_names
     sizes = {"train_images": len(train_dl.dataset), "test_images": len(test_dl.dataset)}
     current.record = current.record | {"class_names": class_names} | sizes
@@ -407,15 +562,40 @@ def _prepare(
     return train_dl, test_dl, _recipe(config, steps_per_epoch, len(class_names))
 
 
+def _check_world_size(resumed, world_size: int) -> None:
+    """Refuse to resume under another number of processes than the checkpoint's: its
+    data order, random states and schedule are those of that many."""
+    saved = resumed.checkpoint.get("config", {}).get("world_size", 1)
+    if saved != world_size:
+        how = (
+            "python -m going_modular.train"
+            if saved == 1
+            else f"torchrun --nproc_per_node={saved} -m going_modular.train (or "
+            f"--nnodes x --nproc_per_node = {saved} processes)"
+        )
+        raise UsageError(
+            f"--resume {resumed.run_dir}: that run was trained by {saved} process(es) "
+            f"and this one has {world_size}. Resume it as it ran: {how} --resume "
+            f"{resumed.run_dir}"
+        )
+
+
 def _check_resumable(
-    config: RunConfig, current: runs.Run, train_dl: DataLoader, recipe: Recipe
+    config: RunConfig,
+    current: runs.Run,
+    train_dl: DataLoader,
+    recipe: Recipe,
+    world_size: int,
 ) -> None:
     """Refuse (UsageError, before anything is written) a checkpoint that another model,
-    recipe or data made: it is not this run's to continue."""
+    recipe, data or number of processes made: it is not this run's to continue."""
+    _check_world_size(config.resumed, world_size)
     optimizer = recipe.build_optimizer(current.model)
     per_epoch = min(len(train_dl), recipe.max_steps_per_epoch or math.inf)
     scheduler = recipe.build_schedule(optimizer, recipe.epochs * per_epoch)
-    ours = training_config(current.model, recipe, recipe.epochs, optimizer, scheduler)
+    ours = training_config(
+        current.model, recipe, recipe.epochs, optimizer, scheduler, world_size
+    )
     problems = config_mismatches(config.resumed.checkpoint.get("config", {}), ours)
     saved = config.resumed.record  # runs from before it recorded the data: not compared
     data = [k for k in ("class_names", "train_images", "test_images") if k in saved]
@@ -434,15 +614,18 @@ def _resumed_run(
     img_size: int,
     channels: int,
     device: torch.device,
+    ctx: Distributed | None,
 ) -> tuple[runs.Run, DataLoader, DataLoader, Recipe]:
     """The run ``--resume`` continues, its data and recipe checked against its checkpoint
     before its record is written (status running)."""
     resumed = config.resumed
     current = runs.Run(resumed.run_dir, dict(resumed.record), model, img_size)
-    train_dl, test_dl, recipe = _prepare(config, current, channels, device)
-    _check_resumable(config, current, train_dl, recipe)
+    train_dl, test_dl, recipe = _prepare(config, current, channels, device, ctx)
+    world_size = 1 if ctx is None else ctx.world_size
+    _check_resumable(config, current, train_dl, recipe, world_size)
     current.record = current.record | {"status": "running"}
-    current.write_results(current.record, resumed.results)
+    if _is_main(ctx):
+        current.write_results(current.record, resumed.results)
     print(f"[INFO] Continuing the run in {current.dir}")
     return current, train_dl, test_dl, recipe
 
@@ -460,10 +643,16 @@ def _finish_after(epochs: int, stops: runs.StopSignals) -> Callable[[int, dict],
 
 
 def _save(
-    config: RunConfig, current: runs.Run, results: dict, stops: runs.StopSignals
+    config: RunConfig,
+    current: runs.Run,
+    results: dict,
+    stops: runs.StopSignals,
+    ctx: Distributed | None,
 ) -> None:
-    """Save the run complete, then the optional steps; a signal meanwhile waits."""
+    """Save the run complete (rank 0), then the optional steps; a signal meanwhile waits."""
     stops.finish()
+    if not _is_main(ctx):
+        return
     record = current.record | {
         "status": "complete",
         "epochs_completed": len(results["test_acc"]),
@@ -483,10 +672,13 @@ def _save(
 
 
 def run(
-    config: RunConfig, stops: runs.StopSignals | None = None
+    config: RunConfig,
+    stops: runs.StopSignals | None = None,
+    ctx: Distributed | None = None,
 ) -> dict[str, list[float]]:
     """Train as ``config`` says into a new run folder (or continue ``config.resumed``) and
-    write the model, results and curves there: model, lock, data, recipe, fit, save.
+    write the model, results and curves there: model, lock, data, recipe, fit, save. With
+    ``ctx`` (torchrun), this process is one rank of a distributed run (see the module).
 
     Raises UsageError before anything is written when the model or a resumed run's
     checkpoint does not fit, TrainingInterrupted after saving the completed epochs on
@@ -497,17 +689,22 @@ def run(
     stops = stops or runs.StopSignals()
     utils.set_seeds(config.seed)
     model, img_size, channels = _fitting_model(config)
-    device = utils.get_device()
-    with locked_output_dir(config.output_dir):
+    device = utils.get_device() if ctx is None else ctx.device
+    if ctx is not None:
+        _share_work(config, ctx)
+    with contextlib.ExitStack() as held:
+        _on_main(ctx, lambda: held.enter_context(locked_output_dir(config.output_dir)))
         if config.resumed is None:
-            current = _new_run(config, model, img_size)
-            with _kept_if_stopped(current):
-                train_dl, test_dl, recipe = _prepare(config, current, channels, device)
+            current = _new_run(config, model, img_size, ctx)
+            with _kept_if_stopped(current, ctx):
+                train_dl, test_dl, recipe = _prepare(
+                    config, current, channels, device, ctx
+                )
         else:
             current, train_dl, test_dl, recipe = _resumed_run(
-                config, model, img_size, channels, device
+                config, model, img_size, channels, device, ctx
             )
-        with _kept_if_stopped(current):
+        with _kept_if_stopped(current, ctx):
             results = engine.fit(
                 _prepare_model(model, config.compile),
                 train_dl,
@@ -516,8 +713,9 @@ def run(
                 device=device,
                 checkpoint_dir=current.dir,
                 callbacks=[_finish_after(recipe.epochs, stops)],
+                distributed=ctx,
             )
-        _save(config, current, results, stops)
+        _save(config, current, results, stops, ctx)
         return results
 
 
@@ -527,22 +725,30 @@ def main(argv: Sequence[str] | None = None) -> None:
     Exits with 2 on bad options, 1 when training fails (e.g. a NaN loss) and 128 + the
     signal's number when stopped (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP), each with a
     one-line message instead of a traceback. ``BOOK_OFFLINE=1`` keeps the data offline.
+    Under torchrun, bad options are reported by rank 0 alone (every rank exits with 2).
     """
     settings.apply_to_library()
+    speaks = os.environ.get("RANK", "0") == "0"  # torchrun's rank 0, or no torchrun
     parser = build_parser()
-    args = parser.parse_args(argv)
+    with _silenced(not speaks):
+        args = parser.parse_args(argv)
     try:
-        with runs.stop_signals() as stops:
-            run(configure(args), stops)
+        ctx = distributed.from_environment(args.dist_timeout)
+        with _silenced(not speaks, stderr=False), runs.stop_signals() as stops:
+            run(configure(args), stops, ctx)
     except UsageError as error:
-        parser.error(str(error))
+        with _silenced(not speaks):
+            parser.error(str(error))
     except TrainingInterrupted as interrupted:
-        print(interrupted, file=sys.stderr)
+        if str(interrupted):
+            print(interrupted, file=sys.stderr)
         raise SystemExit(interrupted.exit_code) from None
     except KeyboardInterrupt as interrupt:
-        print(
-            "Interrupted before training started; nothing was trained.", file=sys.stderr
-        )
+        if speaks:
+            print(
+                "Interrupted before training started; nothing was trained.",
+                file=sys.stderr,
+            )
         raise SystemExit(runs.exit_code(interrupt)) from None
     except (
         TrainingFailed,
@@ -550,8 +756,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         FileNotFoundError,
         data_setup.ImageDecodeError,
     ) as error:
-        print(f"error: {error}", file=sys.stderr)
+        if str(error):
+            print(f"error: {error}", file=sys.stderr)
         raise SystemExit(1) from None
+    finally:
+        distributed.shutdown()
 
 
 if __name__ == "__main__":

@@ -55,6 +55,7 @@ __all__ = [
     "all_sum",
     "any_rank",
     "barrier",
+    "broadcast",
     "eval_shard",
     "from_environment",
     "gather",
@@ -197,3 +198,10 @@ def gather(obj: Any, ctx: Distributed) -> list[Any]:
     objects: list[Any] = [None] * ctx.world_size
     dist.all_gather_object(objects, obj)
     return objects
+
+
+def broadcast(obj: Any, ctx: Distributed) -> Any:
+    """Rank 0's ``obj`` (picklable), on every rank."""
+    objects = [obj if ctx.is_main else None]
+    dist.broadcast_object_list(objects, src=0)
+    return objects[0]
