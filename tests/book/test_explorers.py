@@ -1,6 +1,6 @@
 """The explorers' and self-checks' Python side: the data they carry equals the package's
 numbers, the HTML needs no network and stays small. The script's formulas are checked
-with Node when it is installed (and always in Chromium, tests/test_explorers_browser.py)."""
+with Node when it is installed (and always in Chromium, tests/book/test_explorers_browser.py)."""
 
 from __future__ import annotations
 

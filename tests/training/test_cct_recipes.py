@@ -1,6 +1,6 @@
 """The CCT recipes' hyper-parameters: the reference's schedules epoch by epoch, warmups of
 any length, the optimiser's parameter groups, the losses, and the checks that refuse
-nonsense (their transforms: tests/test_augment.py)."""
+nonsense (their transforms: tests/data/test_augment.py)."""
 
 from __future__ import annotations
 

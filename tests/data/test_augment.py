@@ -1,6 +1,6 @@
 """The CCT recipes' data pieces: the per-image transforms (each recipe's against timm's and
 the reference's order), MixUp/CutMix against timm's Mixup, the batch flip (the recipes'
-hyper-parameters and schedules: tests/test_cct_recipes.py; the CLI's ``--recipe``:
+hyper-parameters and schedules: tests/training/test_cct_recipes.py; the CLI's ``--recipe``:
 tests/test_cli.py)."""
 
 from __future__ import annotations
