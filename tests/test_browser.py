@@ -11,7 +11,9 @@ display equation is wider than its column, at 1400 px nor at 400 px (so equation
 stay on a phone's screen), but for the few in WIDE_EQUATIONS_AT_400. Every image loads
 and every output image has alt text (not its file name); one search box, launch buttons,
 and no console errors. Screenshots of each page (top at 1400 and 400 px, exercises with
-solutions open) go to `_build/screenshots/`.
+solutions open) go to `_build/screenshots/`. On the pages that carry them, every explorer
+shows something and changes when a reader moves its slider or picks another option, and
+the self-check questions of chapters 1 to 11 open on a click.
 
 The book is built first (`make test` runs `make book`; this module builds it if it is
 missing). Set BOOK_HTML to test another build. Chromium comes from Debian's `chromium`
@@ -321,3 +323,74 @@ def test_page_in_the_browser(browser, name):
         for kind, items in found.items()
     )
     assert not found, f"{name}:\n{report}"
+
+
+# The interactive pieces of the rendered pages: page -> explorers on it. Every chapter of
+# Parts I and II ends with self-check questions.
+EXPLORERS = {
+    "book/01_reading_the_paper": 1,  # the size calculator
+    "book/02_patch_embedding": 1,  # patches and positions
+    "book/03_multihead_self_attention": 1,  # attention, untrained ViT-B/16
+    "book/06_training_from_scratch": 1,  # the schedule
+    "book/07_transfer_learning": 1,  # attention, the pre-trained ViT
+    "book/09_vit_lite_cvt_cct": 2,  # the calculator with tokenizers; CCT attention
+}
+SELF_CHECKED = [
+    name for name in PAGES if Path(name).name[:2] in {f"{i:02d}" for i in range(1, 12)}
+]
+# What a reader sees of one explorer: its text and the pixels of its canvases.
+SHOWN = (
+    "root => [root.innerText,"
+    " ...[...root.querySelectorAll('canvas')].map(c => c.toDataURL())].join('|')"
+)
+
+
+def _poke(root) -> str:
+    """Change one control of an explorer as a reader would; say which."""
+    slider = root.locator("input[type=range]")
+    if slider.count():
+        slider.first.evaluate(
+            "s => { s.value = s.value === s.max ? s.min : s.max;"
+            " s.dispatchEvent(new Event('input', {bubbles: true})); }"
+        )
+        return "slider"
+    for i in range(root.locator("select").count()):
+        select = root.locator("select").nth(i)
+        if select.locator("option").count() > 1:
+            current = select.evaluate("s => s.selectedIndex")
+            select.select_option(index=1 if current == 0 else 0)
+            return "select"
+    return "nothing to change"
+
+
+@pytest.mark.parametrize("name", sorted(EXPLORERS))
+def test_the_pages_explorers_respond(browser, name):
+    assert (HTML / f"{name}.html").exists(), f"{name}.html was not built"
+    page, errors = _open(browser, name, 1400)
+    roots = page.locator(".vx")
+    assert roots.count() == EXPLORERS[name], f"{roots.count()} explorers on {name}"
+    for i in range(roots.count()):
+        root = roots.nth(i)
+        root.scroll_into_view_if_needed()
+        before = root.evaluate(SHOWN)
+        assert before.strip("|"), f"explorer {i + 1} of {name} shows nothing"
+        how = _poke(root)
+        page.wait_for_timeout(200)
+        assert root.evaluate(SHOWN) != before, (
+            f"explorer {i + 1}: {how} changed nothing"
+        )
+    page.close()
+    assert not errors, errors
+
+
+@pytest.mark.parametrize("name", SELF_CHECKED)
+def test_self_check_answers_open_on_a_click(browser, name):
+    page, errors = _open(browser, name, 1400)
+    questions = page.locator(".vx-check details")
+    assert questions.count() >= 3, f"{questions.count()} self-check questions"
+    first = questions.first
+    assert not first.evaluate("d => d.open")
+    first.locator("summary").click()
+    assert first.evaluate("d => d.open")
+    page.close()
+    assert not errors, errors
