@@ -432,11 +432,18 @@ def test_a_stop_signal_saves_the_last_completed_epoch(
     utils.load_model(run / "model.pth")
 
 
+@pytest.mark.parametrize(
+    "recipe",
+    [[], ["--recipe", "cct"], ["--recipe", "cct200"], ["--amp"]],
+    ids=["default", "cct", "cct200", "amp"],
+)
 def test_cli_sigterm_then_resume_equals_an_uninterrupted_run(
-    tiny_image_folder, tmp_path, capsys, signal_at_training_step, no_plots
+    recipe, tiny_image_folder, tmp_path, capsys, signal_at_training_step, no_plots
 ):
+    """Every recipe resumes exactly: MixUp/CutMix's step count and NumPy's random state
+    (cct, cct200), the autocast path (amp) are in the checkpoint."""
     options = ["--data-dir", str(tiny_image_folder), "--img-size", "8"]
-    options += ["--batch-size", "4", "--epochs", "4"]
+    options += ["--batch-size", "4", "--epochs", "4", *recipe]
     out = tmp_path / "runs"
     # 2 steps per epoch: step 5 is epoch 3's first
     signal_at_training_step(signal.SIGTERM, step=5)
