@@ -3,8 +3,9 @@
 The top level is the course's own (learnpytorch's chapter 8): ``data_setup``
 (``create_dataloaders``), ``engine`` (``train``, ``train_step``, ``test_step`` and the one
 loop underneath, ``fit``), ``utils`` (``save_model``, seeds, the device), ``predictions``
-(``pred_and_plot_image``) and the command line, ``train`` with its options in ``cli``.
-Everything deeper lives in four subpackages; arrows point only downward:
+(``pred_and_plot_image``) and the command line, ``train``, with its parts in ``cli``.
+Everything deeper lives in four subpackages (and the CLI's in ``cli``); arrows point
+only downward:
 book -> top level and CLI -> training -> data, models.
 
 ``models``: what a network is
@@ -64,8 +65,18 @@ book -> top level and CLI -> training -> data, models.
     ``book.explorers``        interactive explorers that work offline on the rendered page
     ``book.widgets``          the same explorers live (ipywidgets) where a kernel runs
     ``book.self_check``       self-check questions, answers folded until clicked
+``cli``: the command line's parts below ``train``, one subject each
+    ``cli.options``     the parser, its number checks, ``configure``: the only reader of
+                        the parsed options
+    ``cli.config``      ``RunConfig``: the checked options every step below receives
+    ``cli.errors``      what ends a run, and how: ``UsageError`` and the run's failures
+    ``cli.output_dir``  the ``--output-dir``: refused early when unusable, locked for the run
+    ``cli.resume``      what a ``--resume`` continues, checked to be the run's own
+    ``cli.parts``       the data, the model and the recipe a config asks for
+    ``cli.ranks``       under torchrun: what rank 0 does for the others, who speaks
+    ``cli.stops``       a stop or a failure: what is kept, and the one line said
 The top level
-    ``data_setup``  ``engine``  ``utils``  ``predictions``  ``train``  ``cli``
+    ``data_setup``  ``engine``  ``utils``  ``predictions``  ``train``
 """
 
 __all__ = ["__version__"]

@@ -46,9 +46,23 @@ LAYERS = [
     ),
     (
         "top level",
-        "the command line and the course's own modules",
+        "the command line: train, then its parts in cli/; the course's own modules",
         "#eeeeee",
-        ["train", "cli", "data_setup", "engine", "utils", "predictions"],
+        [
+            "train",
+            "cli.options",
+            "cli.config",
+            "cli.errors",
+            "cli.output_dir",
+            "cli.resume",
+            "cli.parts",
+            "cli.ranks",
+            "cli.stops",
+            "data_setup",
+            "engine",
+            "utils",
+            "predictions",
+        ],
     ),
     (
         "training/",
@@ -120,7 +134,7 @@ LAYERS = [
 # One run, `python -m going_modular.train --model cct_2_3x2 --dataset cifar10 --recipe cct`:
 # (what happens, the modules it happens in), in order.
 RUN = [
-    ("parse and check the options: one config", ["train", "cli"]),
+    ("parse and check the options: one config", ["train", "cli.options"]),
     (
         "CIFAR-10 (offline: a stand-in), in batches",
         ["data.datasets", "data_setup", "data.loaders", "data.gpu_augment"],

@@ -100,17 +100,17 @@ def tiny_image_folder(tmp_path):
 
 @pytest.fixture
 def signal_at_training_step(monkeypatch):
-    """``signal_at_training_step(signum, step)``: the CLI's model (``train.build_model``)
+    """``signal_at_training_step(signum, step)``: the CLI's model (``cli.parts.build_model``)
     sends ``signum`` to this process at its ``step``-th training forward pass, as a user's
     Ctrl-C or a scheduler's SIGTERM would, at most once. Ctrl-C raises KeyboardInterrupt
     meanwhile, even where the shell started the tests with SIGINT ignored."""
     import os
     import signal
 
-    from going_modular import train
+    from going_modular.cli import parts
 
     def arm(signum: int, step: int) -> None:
-        build, calls = train.build_model, []
+        build, calls = parts.build_model, []
 
         def count(module, inputs):
             if module.training:
@@ -123,7 +123,7 @@ def signal_at_training_step(monkeypatch):
             model.register_forward_pre_hook(count)
             return model
 
-        monkeypatch.setattr(train, "build_model", build_model)
+        monkeypatch.setattr(parts, "build_model", build_model)
 
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     yield arm

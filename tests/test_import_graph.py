@@ -14,7 +14,9 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "going_modular"
 TOP_LEVEL = {"data_setup", "engine", "utils", "predictions", "train", "cli"}
-CLI = {"cli.py", "train.py"}
+# The command line: the entry point and its parts (the only modules besides going_modular/book/
+# that may import the book).
+CLI = {"train.py", *(f"cli/{p.name}" for p in (PACKAGE / "cli").glob("*.py"))}
 
 # Modules that still break a rule in this branch, each with what it still does. The lead
 # removes a mark once the helper owning the module has merged its fix (a strict xfail fails

@@ -1,53 +1,44 @@
-"""The options of ``python -m going_modular.train``, checked once into a :class:`RunConfig`.
+"""The options of ``python -m going_modular.train``, parsed and checked once into a
+:class:`~going_modular.cli.config.RunConfig`.
 
 :func:`build_parser` declares the options, each with a type that refuses a bad number
 (``--lr nan``, ``--lr -1e-3``, ``--batch-size 0``) with argparse's usual message.
-:func:`configure` turns the parsed options into the run's one frozen :class:`RunConfig`: a
+:func:`configure` turns the parsed options into the run's one frozen ``RunConfig``: a
 ``--recipe`` fills in the options left unset, a ``--resume`` restores the run's own options
-and reads its checkpoint, and the checks refuse what is valid alone but not together, a
-``--data-dir`` that is not an image folder, an unusable ``--output-dir`` and a ``--resume``
-with nothing to continue, all with a :class:`UsageError` raised before any data is prepared
-or any file written (the CLI exits with 2). Nothing below this module sees the parsed
-options: :mod:`going_modular.train` receives the config.
+and reads its checkpoint (:mod:`~going_modular.cli.resume`), and the checks refuse what is
+valid alone but not together, a ``--data-dir`` that is not an image folder, an unusable
+``--output-dir`` (:mod:`~going_modular.cli.output_dir`) and a ``--resume`` with nothing to
+continue, all with a :class:`~going_modular.cli.errors.UsageError` raised before any data is
+prepared or any file written (the CLI exits with 2). This is the one module that sees the
+parsed options (the argparse namespace): everything below receives the config.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import dataclasses
-import errno
-import json
 import math
 import os
 import sys
-import tempfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from going_modular import data_setup, engine
+from going_modular import data_setup
+from going_modular.cli import resume
+from going_modular.cli.config import RunConfig, gpu_augment_applies
+from going_modular.cli.errors import UsageError
+from going_modular.cli.output_dir import check_output_dir
 from going_modular.models import list_models
-from going_modular.training import cct_recipes, runs
-from going_modular.training.checkpoint import (
-    CHECKPOINT_NAME,
-    CheckpointMismatchError,
-    read_checkpoint,
-)
+from going_modular.training import cct_recipes
 
 __all__ = [
     "DATASETS",
     "FASHION_INPUTS",
     "PLAIN_DEFAULTS",
     "RESUME_MAY_CHANGE",
-    "Resumed",
-    "RunConfig",
-    "UsageError",
     "build_parser",
     "check_options",
     "configure",
-    "gpu_augment_applies",
     "input_candidates",
-    "locked_output_dir",
     "options_given",
     "resolve_recipe",
     "resume_from",
@@ -75,11 +66,6 @@ DATASETS = {
 FASHION_INPUTS = [(size, c) for c in (1, 3) for size in (28, 32, 224)]
 # Options a resumed run may set anew; every other option is the run's own.
 RESUME_MAY_CHANGE = ("time_budget", "num_workers", "dist_timeout")
-
-
-class UsageError(ValueError):
-    """Arguments that cannot work together; raised before any data is prepared (a
-    ``--resume`` that is not the run's own: before anything is written)."""
 
 
 # --- Option types: each refuses a bad value with argparse's "argument --x: ..." ----------------
@@ -352,17 +338,6 @@ def resolve_recipe(args: argparse.Namespace) -> cct_recipes.CCTRecipe | None:
         raise UsageError(f"--recipe {args.recipe} with {flags}: {error}") from None
 
 
-def gpu_augment_applies(dataset: str | None, gpu_augment: str, recipe) -> bool:
-    """Whether ``--gpu-augment`` can apply: only a recipe on cifar10 has per-image
-    augmentations to move; "on" without one is refused."""
-    applies = recipe is not None and dataset == "cifar10"
-    if gpu_augment == "on" and not applies:
-        raise UsageError(
-            "--gpu-augment on needs --recipe cct or cct200 with --dataset cifar10"
-        )
-    return applies
-
-
 def check_options(args: argparse.Namespace, recipe) -> None:
     """Refuse options that are valid alone but not together (before any work starts);
     without ``--data-dir`` or ``--dataset``, the dataset is food."""
@@ -382,55 +357,7 @@ def check_options(args: argparse.Namespace, recipe) -> None:
             "product must be below 1 (a weight decay of 0.05 is usual)"
         )
     gpu_augment_applies(args.dataset, args.gpu_augment, recipe)
-    _check_output_dir(args.output_dir, args.data_dir)
-
-
-def _check_link(out: Path) -> None:
-    """Refuse an output folder that is a symbolic link in a loop, or going nowhere."""
-    try:
-        out.resolve(strict=True)
-        return
-    except RuntimeError:  # a loop, before Python 3.13
-        looped = True
-    except OSError as error:  # a loop (Python 3.13+), or a path that does not exist yet
-        looped = error.errno == errno.ELOOP
-    if looped:
-        raise UsageError(
-            f"--output-dir {out} is a symbolic link that leads back to itself (a loop): "
-            "remove or fix the link, or choose another path"
-        )
-    if out.is_symlink():
-        raise UsageError(
-            f"--output-dir {out} is a symbolic link to {os.readlink(out)}, which does "
-            "not exist: create that folder, remove the link, or choose another path"
-        )
-
-
-def _check_output_dir(out: Path, data_dir: Path | None) -> None:
-    """Refuse an output folder that is a file, a broken link, too long a path, or inside
-    the images."""
-    try:
-        runs.check_path_length(out)
-    except ValueError as error:
-        raise UsageError(f"--output-dir: {error}") from None
-    _check_link(out)
-    if out.exists() and not out.is_dir():
-        raise UsageError(
-            f"--output-dir {out} is an existing file, not a folder: choose another path"
-        )
-    for split in ("train", "test") if data_dir is not None else ():
-        images = (data_dir / split).resolve()
-        if images == out.resolve() or images in out.resolve().parents:
-            raise UsageError(
-                f"--output-dir {out} is inside {data_dir / split}: its files would "
-                f"be read as {split} images (or as a class). Choose a folder outside "
-                f"{data_dir}'s train/ and test/"
-            )
-
-
-def _data_label(data_dir: Path | None, dataset: str | None) -> str:
-    """The data in a sentence: the dataset's name, or "the images in PATH"."""
-    return f"the images in {data_dir}" if data_dir else dataset
+    check_output_dir(args.output_dir, args.data_dir)
 
 
 def _image_folder_classes(data_dir: Path) -> list[str]:
@@ -470,30 +397,6 @@ def input_candidates(args: argparse.Namespace) -> tuple[list[tuple[int, int]], i
     return FASHION_INPUTS, num_classes
 
 
-@contextlib.contextmanager
-def locked_output_dir(out: Path) -> Iterator[None]:
-    """Create ``out``, check that it is writable and hold its lock (see
-    :class:`~going_modular.training.runs.OutputLock`) for the duration of the block."""
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=out):
-            pass
-    except OSError as error:
-        raise UsageError(
-            f"--output-dir {out} cannot be used: {error.strerror or error}. Choose a "
-            "folder you can write to"
-        ) from None
-    lock = runs.OutputLock(out)
-    try:
-        lock.acquire()
-    except runs.RunLockedError as error:
-        raise UsageError(f"--output-dir {error}") from None
-    try:
-        yield
-    finally:
-        lock.release()
-
-
 def options_given(args: argparse.Namespace) -> dict:
     """The options as given (before a recipe fills them in), JSON-ready, for ``--resume``."""
     return {
@@ -503,61 +406,10 @@ def options_given(args: argparse.Namespace) -> dict:
     }
 
 
-# --- --resume: the run and its checkpoint, read and checked before anything is written ---------
-
-
-@dataclasses.dataclass(frozen=True)
-class Resumed:
-    """The run ``--resume`` continues: its folder, its record and results so far, and its
-    training checkpoint (read, not yet matched to the model and recipe)."""
-
-    run_dir: Path
-    record: dict
-    results: dict
-    checkpoint: dict
-
-
-def _saved_run(resume: Path) -> tuple[Path, dict]:
-    """The run folder ``--resume`` names and its results.json, if it can be continued."""
-    run_dir = runs.resolve_run(resume)
-    try:
-        saved = json.loads((run_dir / runs.RESULTS).read_text())
-        dict(saved["options"])
-    except (OSError, ValueError, KeyError, TypeError):
-        raise UsageError(
-            f"--resume {resume}: there is no results.json with a run's options "
-            "there. Pass a run folder this command wrote, e.g. runs/latest"
-        ) from None
-    if saved.get("status") == "complete":
-        raise UsageError(
-            f"--resume {resume}: that run is complete "
-            f"({saved.get('epochs_completed')} epochs), so there is nothing to continue. "
-            "Start a new run to train for longer"
-        )
-    if not (run_dir / CHECKPOINT_NAME).is_file():
-        raise UsageError(
-            f"--resume {resume}: that run stopped before its first epoch was "
-            "complete, so there is nothing to continue from. Start it again without "
-            "--resume"
-        )
-    return run_dir, saved
-
-
-def _readable_checkpoint(resume: Path, run_dir: Path) -> dict:
-    """The run's checkpoint.pth, or UsageError saying why it cannot be continued."""
-    try:
-        return read_checkpoint(run_dir)
-    except CheckpointMismatchError as error:
-        raise UsageError(
-            f"--resume {resume}: {error} ({run_dir} was left as it is: its completed "
-            "epochs are in model.pth and results.json; start a new run to train again)"
-        ) from None
-
-
-def resume_from(args: argparse.Namespace) -> Resumed:
+def resume_from(args: argparse.Namespace) -> resume.Resumed:
     """For ``--resume``: the run, its results so far and its readable checkpoint; ``args``
     takes the run's own options (and ``--time-budget``/``--num-workers`` if given anew)."""
-    run_dir, saved = _saved_run(args.resume)
+    run_dir, saved = resume.saved_run(args.resume)
     defaults = vars(build_parser().parse_args([]))
     changed = [
         "--" + key.replace("_", "-")
@@ -570,83 +422,13 @@ def resume_from(args: argparse.Namespace) -> Resumed:
             "cannot be given with it (only --time-budget, --num-workers and --dist-timeout "
             "can)"
         )
-    checkpoint = _readable_checkpoint(args.resume, run_dir)
+    checkpoint = resume.readable_checkpoint(args.resume, run_dir)
     for key, value in saved["options"].items():
         if key in RESUME_MAY_CHANGE and getattr(args, key) is not None:
             continue
         setattr(args, key, Path(value) if key == "data_dir" and value else value)
     args.output_dir = run_dir.parent
-    record = {k: v for k, v in saved.items() if k not in (*engine.RESULT_KEYS, "error")}
-    results = {k: saved[k] for k in engine.RESULT_KEYS if k in saved}
-    return Resumed(run_dir, record, results, checkpoint)
-
-
-def _check_resume_length(resumed: Resumed, epochs: int) -> None:
-    """Refuse a checkpoint of more epochs than the run plans: it is another run's."""
-    done = resumed.checkpoint.get("epoch")
-    if not isinstance(done, int) or not 0 < done <= epochs:
-        raise UsageError(
-            f"--resume {resumed.run_dir}: its {CHECKPOINT_NAME} holds epoch {done!r}, but "
-            f"the run plans {epochs} epoch(s), so that checkpoint is not this run's. Put "
-            "the run's own checkpoint back, or start a new run"
-        )
-
-
-# --- The run's config: every option checked and complete --------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class RunConfig:
-    """One run's options, checked and complete (a recipe's defaults filled in, a resumed
-    run's own options restored): all that the steps below the command line receive."""
-
-    model: str
-    dataset: str | None  # None with data_dir
-    data_dir: Path | None
-    recipe: str
-    epochs: int
-    batch_size: int
-    lr: float
-    weight_decay: float
-    warmup_epochs: float
-    label_smoothing: float
-    max_grad_norm: float | None
-    img_size: int | None
-    max_steps: int | None
-    amp: bool
-    gpu_augment: str
-    compile: bool
-    time_budget: float | None  # minutes
-    num_workers: int | None
-    seed: int
-    no_fallback: bool
-    output_dir: Path
-    resume: Path | None
-    dist_timeout: float  # seconds
-    mlflow: bool
-    cct: cct_recipes.CCTRecipe | None  # the --recipe, explicit options applied
-    options: dict  # the options as given, for results.json
-    inputs: tuple[tuple[int, int], ...]  # (image size, channels) the data can take
-    num_classes: int
-    resumed: Resumed | None
-
-    @property
-    def data_label(self) -> str:
-        """The data in a sentence: the dataset's name, or "the images in PATH"."""
-        return _data_label(self.data_dir, self.dataset)
-
-    def params(self) -> dict:
-        """The options that are set, as MLflow parameters."""
-        names = [f.name for f in dataclasses.fields(self)]
-        options = names[: names.index("mlflow") + 1]
-        return {k: getattr(self, k) for k in options if getattr(self, k) is not None}
-
-    def augments_on(self, device_type: str) -> bool:
-        """Whether the recipe's augmentation runs batched on the training device."""
-        wanted = self.gpu_augment == "on" or (
-            self.gpu_augment == "auto" and device_type == "cuda"
-        )
-        return wanted and gpu_augment_applies(self.dataset, self.gpu_augment, self.cct)
+    return resume.Resumed.of(run_dir, saved, checkpoint)
 
 
 def configure(args: argparse.Namespace) -> RunConfig:
@@ -660,7 +442,7 @@ def configure(args: argparse.Namespace) -> RunConfig:
     cct = resolve_recipe(args)
     check_options(args, cct)
     if resumed is not None:
-        _check_resume_length(resumed, args.epochs)
+        resume.check_length(resumed, args.epochs)
     inputs, num_classes = input_candidates(args)
     return RunConfig(
         **vars(args),
