@@ -480,13 +480,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--debian-dir", help=f"Debian's package files (default: {DEBIAN_FASHION_MNIST})"
     )
-    args = parser.parse_args(argv)
-    if args.offline:
+    given = parser.parse_args(argv)
+    if given.offline:
         set_offline(True)
-    if args.data_dir:
-        set_data_dir(args.data_dir)
-    if args.debian_dir:
-        set_debian_fashion_mnist(args.debian_dir)
+    if given.data_dir:
+        set_data_dir(given.data_dir)
+    if given.debian_dir:
+        set_debian_fashion_mnist(given.debian_dir)
     try:
         source = prepare_fashion_mnist()
     except DownloadError as error:
