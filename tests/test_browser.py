@@ -23,6 +23,7 @@ except under CI=true, where it fails.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -65,13 +66,40 @@ def _missing(reason: str):
     pytest.skip(reason)
 
 
+@contextlib.contextmanager
+def offline_chromium(tmp_path_factory, executable: str):
+    """A headless Chromium context of its own profile in which only file: and data: URLs
+    load: every page must need nothing from the network."""
+    from playwright.sync_api import sync_playwright
+
+    profile = tmp_path_factory.mktemp("chromium-profile")
+    with sync_playwright() as p:
+        context = p.chromium.launch_persistent_context(
+            str(profile),
+            executable_path=executable,
+            args=CHROMIUM_FLAGS,
+            headless=True,
+            viewport={"width": 1400, "height": 1000},
+        )
+        context.route(
+            "**/*",
+            lambda route: (
+                route.continue_()
+                if route.request.url.startswith(("file:", "data:"))
+                else route.abort()
+            ),
+        )
+        yield context
+        context.close()
+
+
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory):
     executable = _chromium()
     if executable is None:
         _missing("chromium is not installed: apt-get install chromium")
     try:
-        from playwright.sync_api import sync_playwright
+        import playwright.sync_api  # noqa: F401
     except ImportError:
         _missing(
             "the playwright package is not installed: pip install -r requirements.txt"
@@ -85,20 +113,8 @@ def browser(tmp_path_factory):
             check=True,
         )
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    profile = tmp_path_factory.mktemp("chromium-profile")
-    with sync_playwright() as p:
-        context = p.chromium.launch_persistent_context(
-            str(profile),
-            executable_path=executable,
-            args=CHROMIUM_FLAGS,
-            headless=True,
-            viewport={"width": 1400, "height": 1000},
-        )
-        # Offline: the book must need nothing from the network.
-        context.route("http://**/*", lambda route: route.abort())
-        context.route("https://**/*", lambda route: route.abort())
+    with offline_chromium(tmp_path_factory, executable) as context:
         yield context
-        context.close()
 
 
 # Runs in the page; returns lists of problems (strings) found at the current width.

@@ -15,7 +15,7 @@ import math
 
 import pytest
 import torch
-from test_browser import CHROMIUM_FLAGS, _chromium, _missing
+from test_browser import _chromium, _missing, offline_chromium
 
 from going_modular.book.explorers import (
     PAPER_PRESETS,
@@ -67,24 +67,11 @@ def browser(tmp_path_factory):
     if executable is None:
         _missing("chromium is not installed: apt-get install chromium")
     try:
-        from playwright.sync_api import sync_playwright
+        import playwright.sync_api  # noqa: F401
     except ImportError:
         _missing("the playwright package is not installed")
-    profile = tmp_path_factory.mktemp("chromium-profile")
-    with sync_playwright() as p:
-        context = p.chromium.launch_persistent_context(
-            str(profile), executable_path=executable, args=CHROMIUM_FLAGS, headless=True
-        )
-        context.route(
-            "**/*",
-            lambda route: (
-                route.continue_()
-                if route.request.url.startswith(("file:", "data:"))
-                else route.abort()
-            ),
-        )
+    with offline_chromium(tmp_path_factory, executable) as context:
         yield context
-        context.close()
 
 
 @pytest.fixture(params=[1400, 400])

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from stateful_transform import Jitter
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -135,27 +136,9 @@ def test_an_unreadable_checkpoint_is_refused_saying_what_to_do(tmp_path):
         read_checkpoint(tmp_path)
 
 
-class _Jitter:
-    """A batch transform that keeps state: noise from its own generator, and a count."""
-
-    def __init__(self):
-        self.generator, self.batches = torch.Generator().manual_seed(5), 0
-
-    def __call__(self, X, y):
-        self.batches += 1
-        return X + 0.1 * torch.randn(X.shape, generator=self.generator), y
-
-    def state_dict(self) -> dict:
-        return {"rng": self.generator.get_state(), "batches": self.batches}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.generator.set_state(state["rng"])
-        self.batches = state["batches"]
-
-
 def _train_jittered(checkpoint_dir=None, callbacks=()):
     model, train_dl, test_dl = _setup()
-    transform = _Jitter()
+    transform = Jitter(5)
     results = fit(
         model,
         train_dl,

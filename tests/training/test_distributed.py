@@ -14,6 +14,7 @@ import socket
 import pytest
 import torch
 import torch.multiprocessing as mp
+from stateful_transform import Jitter
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, Sampler
 
@@ -54,24 +55,6 @@ class _RecordedLoss(nn.CrossEntropyLoss):
         loss = super().forward(logits, y)
         self.values.append(loss.item())
         return loss
-
-
-class _Jitter:
-    """A batch transform with state: noise from its own generator, and a count."""
-
-    def __init__(self):
-        self.generator, self.batches = torch.Generator().manual_seed(3), 0
-
-    def __call__(self, X, y):
-        self.batches += 1
-        return X + 0.1 * torch.randn(X.shape, generator=self.generator), y
-
-    def state_dict(self) -> dict:
-        return {"rng": self.generator.get_state(), "batches": self.batches}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.generator.set_state(state["rng"])
-        self.batches = state["batches"]
 
 
 class _DistributedOrder(Sampler):
@@ -164,7 +147,7 @@ def _worker(rank: int, port: int, out: str) -> None:
                 123
             )  # other random draws: the checkpoint restores the state
         results = fit(
-            model, loader, test_loader, _recipe(batch_transform=_Jitter()),
+            model, loader, test_loader, _recipe(batch_transform=Jitter(3)),
             distributed=ctx, progress=False, callbacks=callbacks,
             checkpoint_dir=None if name == "whole" else os.path.join(out, "ckpt"),
         )  # fmt: skip
