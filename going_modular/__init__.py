@@ -57,6 +57,7 @@ book -> top level and CLI -> training -> data, models.
     ``training.plots``        loss and accuracy curves, runs compared
 ``book``: what runs the chapters (the only part that reads ``BOOK_*`` variables)
     ``book.settings``         quick/cpu/gpu/full, offline, dry run, ``claim``
+    ``book.stats``            claims that compare runs over seeds (``claim_beats`` ...)
     ``book.glue``             values the prose quotes
     ``book.style``            the book's one look for figures and tables
     ``book.diagrams``         the block diagrams the chapters draw

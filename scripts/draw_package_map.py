@@ -34,6 +34,7 @@ LAYERS = [
         "#fbf3c9",
         [
             "book.settings",
+            "book.stats",
             "book.glue",
             "book.style",
             "book.diagrams",
