@@ -4,8 +4,9 @@
 
   - ``quick``: CI. Each chapter at most about 3 minutes on 2 CPU cores; runs only show that
     the code works.
-  - ``cpu``: a reader's laptop. Each chapter at most about 10 minutes on 2 CPU cores, sized
-    so that every experiment shows its lesson. The book's stored outputs come from it.
+  - ``cpu``: a reader's laptop. Each chapter at most about 20 minutes on 2 idle CPU cores (a
+    recent 8-core laptop runs that in about a quarter of the time), sized so that every
+    experiment shows its lesson. The book's stored outputs come from it.
   - ``gpu``: a Colab T4 (16 GB). Each chapter at most about 15 minutes, on the papers'
     datasets (CIFAR-10, pizza/steak/sushi, ImageNet-pretrained ViT-B/16) when online.
   - ``full``: the papers' settings; hours on a GPU. Opt-in only.
@@ -71,7 +72,7 @@ __all__ = [
 SETTINGS = ("quick", "cpu", "gpu", "full")
 _DESCRIPTIONS = {
     "quick": "QUICK (CI, 2 CPU cores: <= ~3 min a chapter; checks code, not lessons)",
-    "cpu": "CPU (2-core laptop: <= ~10 min a chapter, sized to show each lesson)",
+    "cpu": "CPU (2-core laptop: <= ~20 min a chapter, sized to show each lesson)",
     "gpu": "GPU (a Colab T4: <= ~15 min a chapter, the papers' datasets)",
     "full": "FULL (the papers' settings: hours on a GPU)",
 }
