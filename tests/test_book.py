@@ -84,7 +84,7 @@ def test_outputs_are_clean(path):
 
 # The stored outputs come from the cpu setting on an idle 2-core machine: each chapter's last
 # output (settings.run_report) gives its wall time and the load average at its end.
-MAX_STORED_MINUTES = 20  # the cpu setting's budget: 20 minutes a chapter on 2 idle cores
+MAX_STORED_MINUTES = 20  # the cpu setting's budget per chapter
 MAX_STORED_LOAD = (
     2.5  # the chapter's own 2 threads give about 2; more means other work ran
 )
