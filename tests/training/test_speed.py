@@ -1,0 +1,60 @@
+"""The fastest-step measurement and the step plan for a time budget."""
+
+import pytest
+import torch
+
+from going_modular.models import build_model
+from going_modular.training.speed import (
+    CANDIDATES,
+    StepOptions,
+    fastest_step,
+    steps_for_budget,
+)
+
+
+def test_math_attention_switches_the_fused_kernels_off_only_inside_the_block():
+    assert torch.backends.cuda.flash_sdp_enabled()
+    with StepOptions(math_attention=True).attention():
+        assert not torch.backends.cuda.flash_sdp_enabled()
+        assert torch.backends.cuda.math_sdp_enabled()
+    assert torch.backends.cuda.flash_sdp_enabled()
+    with StepOptions().attention():
+        assert torch.backends.cuda.flash_sdp_enabled()
+
+
+def test_both_attention_kernels_give_the_same_logits():
+    torch.manual_seed(0)
+    model = build_model("cct_2_3x2", num_classes=10, img_size=28, in_channels=1).eval()
+    x = torch.randn(4, 1, 28, 28)
+    with StepOptions(math_attention=True).attention():
+        math = model(x)
+    torch.testing.assert_close(model(x), math, rtol=1e-5, atol=1e-5)
+
+
+def test_fastest_step_times_every_candidate_and_leaves_the_model_alone():
+    torch.manual_seed(0)
+    model = build_model("cct_2_3x2", num_classes=10, img_size=28, in_channels=1)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    images, labels = torch.randn(8, 1, 28, 28), torch.randint(0, 10, (8,))
+    best, rates = fastest_step(model, images, labels, steps=1, repeats=1)
+    assert set(rates) == set(CANDIDATES)
+    assert all(rate > 0 for rate in rates.values())
+    assert rates[best] == max(rates.values())
+    for key, value in model.state_dict().items():
+        assert torch.equal(value, before[key]), key
+    with pytest.raises(ValueError, match="at least one candidate"):
+        fastest_step(model, images, labels, candidates=())
+
+
+def test_steps_for_budget_plans_whole_steps_in_the_seconds_left():
+    assert steps_for_budget(100, 1280, 256) == 500
+    assert steps_for_budget(100, 1280, 256, reserve=10) == 450  # 90 s * 1280 / 256
+    assert steps_for_budget(1, 10, 256) == 1  # at least one step
+    assert str(StepOptions(amp=True, math_attention=True)) == (
+        "bf16 autocast, math attention"
+    )
+    for bad in (dict(seconds=5, reserve=5), dict(images_per_s=0), dict(batch_size=0)):
+        args = dict(seconds=10, images_per_s=100, batch_size=8) | bad
+        with pytest.raises(ValueError, match="seconds > reserve"):
+            steps_for_budget(args["seconds"], args["images_per_s"], args["batch_size"],
+                             reserve=args.get("reserve", 0))
