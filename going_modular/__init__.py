@@ -54,6 +54,7 @@ book -> top level and CLI -> training -> data, models.
     ``training.tracking``     MLflow in a SQLite file inside the project
     ``training.experiments``  small experiments over subsets and seeds, mean and spread
     ``training.timing``       images per second, training or inference
+    ``training.speed``        the fastest training step measured; steps for a time budget
     ``training.plots``        loss and accuracy curves, runs compared
 ``book``: what runs the chapters (the only part that reads ``BOOK_*`` variables)
     ``book.settings``         quick/cpu/gpu/full, offline, dry run, ``claim``

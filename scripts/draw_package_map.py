@@ -85,6 +85,7 @@ LAYERS = [
             "training.tracking",
             "training.experiments",
             "training.timing",
+            "training.speed",
             "training.plots",
         ],
     ),

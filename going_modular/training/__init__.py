@@ -3,7 +3,8 @@
 ``recipe`` (a run's optimiser, schedule, loss, mixing and length) with ``optim`` and
 ``cct_recipes``; ``checkpoint`` and ``divergence`` (what ``fit`` saves and what stops it);
 ``runs`` (one folder per run), ``tracking`` (MLflow), ``experiments`` (over seeds),
-``timing`` (images per second) and ``plots`` (loss curves). It builds on ``data`` and
+``timing`` (images per second), ``speed`` (the fastest step, steps for a budget) and
+``plots`` (loss curves). It builds on ``data`` and
 ``models``, never on the book.
 """
 
