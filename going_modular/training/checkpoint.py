@@ -93,11 +93,25 @@ def content_sha256(obj: Any) -> str:
     return digest.hexdigest()
 
 
+def _torch_save(obj: Any, f: Any) -> None:
+    """``torch.save(obj, f)``; a write that failed (a full disk, a file-size limit) raises
+    its own OSError, not the RuntimeError torch's zip writer adds on closing."""
+    try:
+        torch.save(obj, f)
+    except RuntimeError as error:
+        cause = error.__context__
+        while cause is not None and not isinstance(cause, OSError):
+            cause = cause.__context__
+        if cause is None:
+            raise
+        raise cause from None
+
+
 def write_verified(path: str | Path, contents: dict[str, Any]) -> Path:
     """``torch.save`` the dict ``contents`` to ``path`` atomically, with its SHA-256 under
     :data:`CHECKSUM_KEY`."""
     checked = {**contents, CHECKSUM_KEY: content_sha256(contents)}
-    return atomic_write(Path(path), lambda f: torch.save(checked, f))
+    return atomic_write(Path(path), lambda f: _torch_save(checked, f))
 
 
 def is_verified(obj: Any) -> bool:
