@@ -140,6 +140,20 @@ def test_resume_on_changed_data_is_refused(
     assert results["class_names"] == ["a", "b"] and results["test_images"] == 4
 
 
+def test_a_resume_with_loader_workers_says_it_is_not_bit_exact(
+    interrupted_run, tmp_path, capsys
+):
+    run = interrupted_run(tmp_path / "runs")
+    train.main(["--resume", str(run), "--num-workers", "1"])
+    said = capsys.readouterr().out
+    assert "With 1 loader worker(s), the continued run is close to, not bit-exact" in said
+    assert "--num-workers 0 resumes exactly" in said
+    assert json.loads((run / "results.json").read_text())["status"] == "complete"
+    with pytest.raises(SystemExit):
+        train.main(["--help"])
+    assert "not bit-exact with an uninterrupted" in " ".join(capsys.readouterr().out.split())
+
+
 # --- Signals ------------------------------------------------------------------------------------
 
 

@@ -258,7 +258,14 @@ def _add_output(add: Callable[..., argparse.Action]) -> None:
         metavar="MINUTES",
         help="stop training once this many minutes are spent (the last epoch is still tested)",
     )
-    add("--num-workers", type=_count, default=None)
+    add(
+        "--num-workers",
+        type=_count,
+        default=None,
+        help="processes loading the images (default: the cores with a GPU, none on a "
+        "CPU); with any, a --resume is close to but not bit-exact with an uninterrupted "
+        "run (the workers' random states are not saved)",
+    )
     add("--seed", type=_seed, default=42)
     add(
         "--no-fallback",
