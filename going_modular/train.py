@@ -77,6 +77,7 @@ from going_modular.cli.output_dir import locked_output_dir  # noqa: E402
 from going_modular.cli.parts import make_dataloaders  # noqa: E402
 from going_modular.cli.stops import kept_if_stopped  # noqa: E402
 from going_modular.data.download import DownloadError  # noqa: E402
+from going_modular.data.files import listing_sha256  # noqa: E402
 from going_modular.training import distributed, runs  # noqa: E402
 from going_modular.training.checkpoint import CHECKPOINT_NAME  # noqa: E402
 from going_modular.training.distributed import Distributed  # noqa: E402
@@ -145,6 +146,13 @@ def _prepare(
     current.class_names = class_names
     sizes = {"train_images": len(train_dl.dataset), "test_images": len(test_dl.dataset)}
     current.record = current.record | {"class_names": class_names} | sizes
+    listings = {  # image files (an ImageFolder's samples): their names, labels, sizes
+        split: listing_sha256(data.root, data.samples)
+        for split, data in (("train", train_dl.dataset), ("test", test_dl.dataset))
+        if hasattr(data, "samples")
+    }
+    if listings:
+        current.record = current.record | {"data_sha256": listings}
     print(
         f"[INFO] Data: {config.data_label}, {sizes['train_images']} train and "
         f"{sizes['test_images']} test images of {len(class_names)} classes, given to "

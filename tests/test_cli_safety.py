@@ -140,6 +140,22 @@ def test_resume_on_changed_data_is_refused(
     assert results["class_names"] == ["a", "b"] and results["test_images"] == 4
 
 
+def test_resume_on_images_moved_between_classes_is_refused(
+    interrupted_run, tiny_image_folder, tmp_path, capsys
+):
+    """The same class names and counts, but one image under another label."""
+    out = tmp_path / "runs"
+    run = interrupted_run(out)
+    train_dir = tiny_image_folder / "train"
+    (train_dir / "a" / "0.png").rename(train_dir / "b" / "9.png")
+    (train_dir / "b" / "0.png").rename(train_dir / "a" / "9.png")
+    before = _snapshot(out)
+    err = _refused(["--resume", str(run)], capsys)
+    assert "the train image files were renamed, moved between classes" in err
+    assert "test image files" not in err
+    assert _snapshot(out) == before
+
+
 def test_a_resume_with_loader_workers_says_it_is_not_bit_exact(
     interrupted_run, tmp_path, capsys
 ):

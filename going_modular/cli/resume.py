@@ -139,6 +139,13 @@ def check_resumable(
     saved = resumed.record  # runs from before it recorded the data: not compared
     data = [k for k in ("class_names", "train_images", "test_images") if k in saved]
     problems += config_mismatches(saved, {k: current.record[k] for k in data})
+    listings = current.record.get("data_sha256", {})
+    changed = [s for s, h in saved.get("data_sha256", {}).items() if listings.get(s) != h]
+    if changed:
+        problems.append(
+            f"the {' and '.join(changed)} image files were renamed, moved between "
+            "classes, added, removed or changed in size since the run began"
+        )
     if problems:
         raise UsageError(
             f"--resume {current.dir}: its {CHECKPOINT_NAME} does not belong to this run "
