@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import shutil
 import signal
@@ -122,6 +123,73 @@ def test_resume_of_a_checkpoint_beyond_the_planned_epochs_is_refused(
     assert _snapshot(out) == before
 
 
+def _resaved(run: Path, change) -> None:
+    """``run``'s checkpoint changed by ``change`` and saved again with a valid checksum."""
+    state = torch.load(run / "checkpoint.pth", weights_only=True)
+    del state[CHECKSUM_KEY]
+    change(state)
+    save_checkpoint(run, state["epoch"], state)
+
+
+def _edited_option(run: Path, key: str, value) -> None:
+    saved = json.loads((run / "results.json").read_text())
+    (run / "results.json").write_text(
+        json.dumps(saved | {"options": saved["options"] | {key: value}})
+    )
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        (
+            lambda run: _resaved(
+                run, lambda s: s["model"]["head.1.bias"].fill_(math.nan)
+            ),
+            "holds NaN or infinite values in 1 tensor(s) (first: model.head.1.bias)",
+        ),
+        (
+            lambda run: _resaved(
+                run, lambda s: s["optimizer"]["state"][0]["exp_avg"].fill_(math.inf)
+            ),
+            "(first: optimizer.state.0.exp_avg)",
+        ),
+        (
+            lambda run: _resaved(run, lambda s: s["results"]["train_loss"].clear()),
+            "holds epoch 1 but results of [0, 1] epoch(s)",
+        ),
+        (
+            lambda run: _edited_option(run, "lr", "fast"),
+            "holds the option lr='fast', which cannot be right",
+        ),
+        (
+            lambda run: _edited_option(run, "batch_size", 0),
+            "batch_size=0, which cannot be right (must be a positive integer, got 0)",
+        ),
+        (
+            lambda run: _edited_option(run, "frobnicate", 3),
+            "frobnicate=3, which cannot be right (this version has no such option)",
+        ),
+    ],
+    ids=[
+        "nan-weights",
+        "inf-optimizer",
+        "results-cut",
+        "lr-text",
+        "batch-0",
+        "unknown",
+    ],
+)
+def test_resume_of_an_edited_run_is_refused_plainly(
+    damage, message, interrupted_run, tmp_path, capsys
+):
+    out = tmp_path / "runs"
+    run = interrupted_run(out)
+    damage(run)
+    before = _snapshot(out)
+    assert message in " ".join(_refused(["--resume", str(run)], capsys).split())
+    assert _snapshot(out) == before  # still "interrupted", nothing rewritten
+
+
 def test_resume_on_changed_data_is_refused(
     interrupted_run, tiny_image_folder, tmp_path, capsys
 ):
@@ -162,12 +230,16 @@ def test_a_resume_with_loader_workers_says_it_is_not_bit_exact(
     run = interrupted_run(tmp_path / "runs")
     train.main(["--resume", str(run), "--num-workers", "1"])
     said = capsys.readouterr().out
-    assert "With 1 loader worker(s), the continued run is close to, not bit-exact" in said
+    assert (
+        "With 1 loader worker(s), the continued run is close to, not bit-exact" in said
+    )
     assert "--num-workers 0 resumes exactly" in said
     assert json.loads((run / "results.json").read_text())["status"] == "complete"
     with pytest.raises(SystemExit):
         train.main(["--help"])
-    assert "not bit-exact with an uninterrupted" in " ".join(capsys.readouterr().out.split())
+    assert "not bit-exact with an uninterrupted" in " ".join(
+        capsys.readouterr().out.split()
+    )
 
 
 # --- Signals ------------------------------------------------------------------------------------

@@ -204,12 +204,18 @@ def test_any_device_that_holds_tensors_gets_the_model(tmp_path):
     model = _tiny()
     path = utils.save_model(model, tmp_path, "m.pth")
     on_cpu = utils.load_model(path, _tiny(), device="cpu:7")
-    assert all(torch.equal(a, b) for a, b in zip(on_cpu.parameters(), model.parameters()))
+    assert all(
+        torch.equal(a, b) for a, b in zip(on_cpu.parameters(), model.parameters())
+    )
     on_meta = utils.load_model(path, _tiny(), device="meta")
     assert {p.device.type for p in on_meta.parameters()} == {"meta"}
-    assert [p.shape for p in on_meta.parameters()] == [p.shape for p in model.parameters()]
+    assert [p.shape for p in on_meta.parameters()] == [
+        p.shape for p in model.parameters()
+    ]
     if not torch.backends.mps.is_available():
-        with pytest.raises(ValueError, match="device='mps' cannot hold tensors on this"):
+        with pytest.raises(
+            ValueError, match="device='mps' cannot hold tensors on this"
+        ):
             utils.load_model(path, _tiny(), device="mps")
 
 
