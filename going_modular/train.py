@@ -290,7 +290,9 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     Exits with 2 on bad options, 1 when training fails (e.g. a NaN loss) and 128 + the
     signal's number when stopped (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP), each with a
-    one-line message instead of a traceback. ``BOOK_OFFLINE=1`` keeps the data offline.
+    one-line message instead of a traceback (as the program, ``argv`` None, more stop
+    signals after the first are ignored until it has exited). ``BOOK_OFFLINE=1`` keeps
+    the data offline.
     Under torchrun, bad options are reported by rank 0 alone (every rank exits with 2).
     """
     settings.apply_to_library()
@@ -299,7 +301,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     with ranks.silenced(not speaks):
         args = parser.parse_args(argv)
     try:
-        with ranks.silenced(not speaks, stderr=False), runs.stop_signals() as stops:
+        exiting = argv is None  # the program itself: it ends after this
+        with (
+            ranks.silenced(not speaks, stderr=False),
+            runs.stop_signals(exiting) as stops,
+        ):
             config = configure(args)  # the options checked before the processes meet
             run(config, stops, distributed.from_environment(config.dist_timeout))
     except UsageError as error:

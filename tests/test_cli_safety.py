@@ -11,6 +11,8 @@ import math
 import os
 import shutil
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -303,6 +305,57 @@ def test_a_second_signal_does_not_cut_the_save_of_the_first(
     run = (tmp_path / "runs" / "latest").resolve()
     assert json.loads((run / "results.json").read_text())["status"] == "interrupted"
     assert runs.pair_matches(run)
+
+
+_STORM = """
+import os, signal, sys, threading, time
+from going_modular import train
+from going_modular.cli import parts
+
+build, calls = parts.build_model, []
+
+def storm():  # a signal every 2 ms for 1.5 s, from the third training step on
+    end = time.monotonic() + 1.5
+    while time.monotonic() < end:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.002)
+
+def count(module, inputs):
+    calls.append(1) if module.training else None
+    if module.training and len(calls) == 3:
+        threading.Thread(target=storm, daemon=True).start()
+        time.sleep(0.05)
+
+def build_model(*args, **kwargs):
+    model = build(*args, **kwargs)
+    model.register_forward_pre_hook(count)
+    return model
+
+parts.build_model = build_model
+signal.signal(signal.SIGINT, signal.default_int_handler)
+sys.argv[1:] = {argv!r}
+train.main()
+"""
+
+
+def test_a_signal_storm_ends_the_program_plainly(tiny_image_folder, tmp_path):
+    """SIGINT every 2 ms: one line, exit 130, the run kept as interrupted; none of the
+    later signals cuts the exit short or prints a traceback."""
+    argv = _own(tiny_image_folder, tmp_path / "runs")
+    env = os.environ | {"PYTHONPATH": str(Path(train.__file__).parents[1])}
+    done = subprocess.run(
+        [sys.executable, "-c", _STORM.format(argv=argv)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert done.returncode == 130, done.stderr
+    assert "Traceback" not in done.stderr and "KeyboardInterrupt" not in done.stderr
+    assert done.stderr.strip().splitlines()[-1].startswith("Interrupted during epoch 2")
+    run = (tmp_path / "runs" / "latest").resolve()
+    results = json.loads((run / "results.json").read_text())
+    assert results["status"] == "interrupted" and results["epochs_completed"] == 1
 
 
 # --- Clear messages before work starts -----------------------------------------------------------
