@@ -295,9 +295,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     the data offline.
     Under torchrun, bad options are reported by rank 0 alone (every rank exits with 2).
     """
-    settings.apply_to_library()
     speaks = os.environ.get("RANK", "0") == "0"  # torchrun's rank 0, or no torchrun
     parser = build_parser()
+    try:  # the BOOK_* switches the CLI reads, checked before anything is made
+        settings.apply_to_library()
+        settings.is_dry_run()
+    except ValueError as error:
+        with ranks.silenced(not speaks):
+            parser.error(str(error))
     with ranks.silenced(not speaks):
         args = parser.parse_args(argv)
     try:

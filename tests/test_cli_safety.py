@@ -433,3 +433,17 @@ def test_book_offline_reaches_the_library(monkeypatch):
         assert info.value.code == 0 and network.is_offline()
     finally:
         settings.apply_to_library()
+
+
+@pytest.mark.parametrize("name", ["BOOK_DRY_RUN", "BOOK_OFFLINE", "BOOK_FIXTURES"])
+def test_a_book_switch_not_understood_is_said_before_a_run_folder_is_made(
+    name, tiny_image_folder, tmp_path, monkeypatch, capsys
+):
+    monkeypatch.setenv(name, "maybe")
+    try:
+        err = _refused(_own(tiny_image_folder, tmp_path / "runs"), capsys)
+    finally:
+        monkeypatch.delenv(name)
+        settings.apply_to_library()
+    assert f"{name}='maybe' is not understood; set it to 1 or 0." in err
+    assert not (tmp_path / "runs").exists()
