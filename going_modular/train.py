@@ -77,6 +77,7 @@ from going_modular.cli.output_dir import locked_output_dir  # noqa: E402
 from going_modular.cli.parts import make_dataloaders  # noqa: E402
 from going_modular.cli.stops import kept_if_stopped  # noqa: E402
 from going_modular.data.download import DownloadError  # noqa: E402
+from going_modular.data.files import listing_sha256  # noqa: E402
 from going_modular.training import distributed, runs  # noqa: E402
 from going_modular.training.checkpoint import CHECKPOINT_NAME  # noqa: E402
 from going_modular.training.distributed import Distributed  # noqa: E402
@@ -145,6 +146,13 @@ def _prepare(
     current.class_names = class_names
     sizes = {"train_images": len(train_dl.dataset), "test_images": len(test_dl.dataset)}
     current.record = current.record | {"class_names": class_names} | sizes
+    listings = {  # image files (an ImageFolder's samples): their names, labels, sizes
+        split: listing_sha256(data.root, data.samples)
+        for split, data in (("train", train_dl.dataset), ("test", test_dl.dataset))
+        if hasattr(data, "samples")
+    }
+    if listings:
+        current.record = current.record | {"data_sha256": listings}
     print(
         f"[INFO] Data: {config.data_label}, {sizes['train_images']} train and "
         f"{sizes['test_images']} test images of {len(class_names)} classes, given to "
@@ -177,6 +185,12 @@ def _resumed_run(
     if ranks.is_main(ctx):
         current.write_results(current.record, resumed.results)
     print(f"[INFO] Continuing the run in {current.dir}")
+    if train_dl.num_workers:
+        print(
+            f"[INFO] With {train_dl.num_workers} loader worker(s), the continued run is "
+            "close to, not bit-exact with, an uninterrupted one (the workers' random "
+            "states are not saved); --num-workers 0 resumes exactly."
+        )
     return current, train_dl, test_dl, recipe
 
 
@@ -276,16 +290,27 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     Exits with 2 on bad options, 1 when training fails (e.g. a NaN loss) and 128 + the
     signal's number when stopped (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP), each with a
-    one-line message instead of a traceback. ``BOOK_OFFLINE=1`` keeps the data offline.
+    one-line message instead of a traceback (as the program, ``argv`` None, more stop
+    signals after the first are ignored until it has exited). ``BOOK_OFFLINE=1`` keeps
+    the data offline.
     Under torchrun, bad options are reported by rank 0 alone (every rank exits with 2).
     """
-    settings.apply_to_library()
     speaks = os.environ.get("RANK", "0") == "0"  # torchrun's rank 0, or no torchrun
     parser = build_parser()
+    try:  # the BOOK_* switches the CLI reads, checked before anything is made
+        settings.apply_to_library()
+        settings.is_dry_run()
+    except ValueError as error:
+        with ranks.silenced(not speaks):
+            parser.error(str(error))
     with ranks.silenced(not speaks):
         args = parser.parse_args(argv)
     try:
-        with ranks.silenced(not speaks, stderr=False), runs.stop_signals() as stops:
+        exiting = argv is None  # the program itself: it ends after this
+        with (
+            ranks.silenced(not speaks, stderr=False),
+            runs.stop_signals(exiting) as stops,
+        ):
             config = configure(args)  # the options checked before the processes meet
             run(config, stops, distributed.from_environment(config.dist_timeout))
     except UsageError as error:

@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import shutil
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -122,6 +125,73 @@ def test_resume_of_a_checkpoint_beyond_the_planned_epochs_is_refused(
     assert _snapshot(out) == before
 
 
+def _resaved(run: Path, change) -> None:
+    """``run``'s checkpoint changed by ``change`` and saved again with a valid checksum."""
+    state = torch.load(run / "checkpoint.pth", weights_only=True)
+    del state[CHECKSUM_KEY]
+    change(state)
+    save_checkpoint(run, state["epoch"], state)
+
+
+def _edited_option(run: Path, key: str, value) -> None:
+    saved = json.loads((run / "results.json").read_text())
+    (run / "results.json").write_text(
+        json.dumps(saved | {"options": saved["options"] | {key: value}})
+    )
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        (
+            lambda run: _resaved(
+                run, lambda s: s["model"]["head.1.bias"].fill_(math.nan)
+            ),
+            "holds NaN or infinite values in 1 tensor(s) (first: model.head.1.bias)",
+        ),
+        (
+            lambda run: _resaved(
+                run, lambda s: s["optimizer"]["state"][0]["exp_avg"].fill_(math.inf)
+            ),
+            "(first: optimizer.state.0.exp_avg)",
+        ),
+        (
+            lambda run: _resaved(run, lambda s: s["results"]["train_loss"].clear()),
+            "holds epoch 1 but results of [0, 1] epoch(s)",
+        ),
+        (
+            lambda run: _edited_option(run, "lr", "fast"),
+            "holds the option lr='fast', which cannot be right",
+        ),
+        (
+            lambda run: _edited_option(run, "batch_size", 0),
+            "batch_size=0, which cannot be right (must be a positive integer, got 0)",
+        ),
+        (
+            lambda run: _edited_option(run, "frobnicate", 3),
+            "frobnicate=3, which cannot be right (this version has no such option)",
+        ),
+    ],
+    ids=[
+        "nan-weights",
+        "inf-optimizer",
+        "results-cut",
+        "lr-text",
+        "batch-0",
+        "unknown",
+    ],
+)
+def test_resume_of_an_edited_run_is_refused_plainly(
+    damage, message, interrupted_run, tmp_path, capsys
+):
+    out = tmp_path / "runs"
+    run = interrupted_run(out)
+    damage(run)
+    before = _snapshot(out)
+    assert message in " ".join(_refused(["--resume", str(run)], capsys).split())
+    assert _snapshot(out) == before  # still "interrupted", nothing rewritten
+
+
 def test_resume_on_changed_data_is_refused(
     interrupted_run, tiny_image_folder, tmp_path, capsys
 ):
@@ -138,6 +208,40 @@ def test_resume_on_changed_data_is_refused(
     results = json.loads((run / "results.json").read_text())
     assert results["status"] == "complete" and len(results["train_loss"]) == 3
     assert results["class_names"] == ["a", "b"] and results["test_images"] == 4
+
+
+def test_resume_on_images_moved_between_classes_is_refused(
+    interrupted_run, tiny_image_folder, tmp_path, capsys
+):
+    """The same class names and counts, but one image under another label."""
+    out = tmp_path / "runs"
+    run = interrupted_run(out)
+    train_dir = tiny_image_folder / "train"
+    (train_dir / "a" / "0.png").rename(train_dir / "b" / "9.png")
+    (train_dir / "b" / "0.png").rename(train_dir / "a" / "9.png")
+    before = _snapshot(out)
+    err = _refused(["--resume", str(run)], capsys)
+    assert "the train image files were renamed, moved between classes" in err
+    assert "test image files" not in err
+    assert _snapshot(out) == before
+
+
+def test_a_resume_with_loader_workers_says_it_is_not_bit_exact(
+    interrupted_run, tmp_path, capsys
+):
+    run = interrupted_run(tmp_path / "runs")
+    train.main(["--resume", str(run), "--num-workers", "1"])
+    said = capsys.readouterr().out
+    assert (
+        "With 1 loader worker(s), the continued run is close to, not bit-exact" in said
+    )
+    assert "--num-workers 0 resumes exactly" in said
+    assert json.loads((run / "results.json").read_text())["status"] == "complete"
+    with pytest.raises(SystemExit):
+        train.main(["--help"])
+    assert "not bit-exact with an uninterrupted" in " ".join(
+        capsys.readouterr().out.split()
+    )
 
 
 # --- Signals ------------------------------------------------------------------------------------
@@ -201,6 +305,57 @@ def test_a_second_signal_does_not_cut_the_save_of_the_first(
     run = (tmp_path / "runs" / "latest").resolve()
     assert json.loads((run / "results.json").read_text())["status"] == "interrupted"
     assert runs.pair_matches(run)
+
+
+_STORM = """
+import os, signal, sys, threading, time
+from going_modular import train
+from going_modular.cli import parts
+
+build, calls = parts.build_model, []
+
+def storm():  # a signal every 2 ms for 1.5 s, from the third training step on
+    end = time.monotonic() + 1.5
+    while time.monotonic() < end:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.002)
+
+def count(module, inputs):
+    calls.append(1) if module.training else None
+    if module.training and len(calls) == 3:
+        threading.Thread(target=storm, daemon=True).start()
+        time.sleep(0.05)
+
+def build_model(*args, **kwargs):
+    model = build(*args, **kwargs)
+    model.register_forward_pre_hook(count)
+    return model
+
+parts.build_model = build_model
+signal.signal(signal.SIGINT, signal.default_int_handler)
+sys.argv[1:] = {argv!r}
+train.main()
+"""
+
+
+def test_a_signal_storm_ends_the_program_plainly(tiny_image_folder, tmp_path):
+    """SIGINT every 2 ms: one line, exit 130, the run kept as interrupted; none of the
+    later signals cuts the exit short or prints a traceback."""
+    argv = _own(tiny_image_folder, tmp_path / "runs")
+    env = os.environ | {"PYTHONPATH": str(Path(train.__file__).parents[1])}
+    done = subprocess.run(
+        [sys.executable, "-c", _STORM.format(argv=argv)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert done.returncode == 130, done.stderr
+    assert "Traceback" not in done.stderr and "KeyboardInterrupt" not in done.stderr
+    assert done.stderr.strip().splitlines()[-1].startswith("Interrupted during epoch 2")
+    run = (tmp_path / "runs" / "latest").resolve()
+    results = json.loads((run / "results.json").read_text())
+    assert results["status"] == "interrupted" and results["epochs_completed"] == 1
 
 
 # --- Clear messages before work starts -----------------------------------------------------------
@@ -278,3 +433,17 @@ def test_book_offline_reaches_the_library(monkeypatch):
         assert info.value.code == 0 and network.is_offline()
     finally:
         settings.apply_to_library()
+
+
+@pytest.mark.parametrize("name", ["BOOK_DRY_RUN", "BOOK_OFFLINE", "BOOK_FIXTURES"])
+def test_a_book_switch_not_understood_is_said_before_a_run_folder_is_made(
+    name, tiny_image_folder, tmp_path, monkeypatch, capsys
+):
+    monkeypatch.setenv(name, "maybe")
+    try:
+        err = _refused(_own(tiny_image_folder, tmp_path / "runs"), capsys)
+    finally:
+        monkeypatch.delenv(name)
+        settings.apply_to_library()
+    assert f"{name}='maybe' is not understood; set it to 1 or 0." in err
+    assert not (tmp_path / "runs").exists()

@@ -198,6 +198,27 @@ def test_a_bogus_device_is_reported_as_such(tmp_path):
             utils.load_model(path, device="cuda")
 
 
+def test_any_device_that_holds_tensors_gets_the_model(tmp_path):
+    """An indexed CPU and the shapes-only meta device load (they were "a corrupt file"
+    and a raw NotImplementedError); a backend this build lacks is said to be one."""
+    model = _tiny()
+    path = utils.save_model(model, tmp_path, "m.pth")
+    on_cpu = utils.load_model(path, _tiny(), device="cpu:7")
+    assert all(
+        torch.equal(a, b) for a, b in zip(on_cpu.parameters(), model.parameters())
+    )
+    on_meta = utils.load_model(path, _tiny(), device="meta")
+    assert {p.device.type for p in on_meta.parameters()} == {"meta"}
+    assert [p.shape for p in on_meta.parameters()] == [
+        p.shape for p in model.parameters()
+    ]
+    if not torch.backends.mps.is_available():
+        with pytest.raises(
+            ValueError, match="device='mps' cannot hold tensors on this"
+        ):
+            utils.load_model(path, _tiny(), device="mps")
+
+
 def test_a_checkpoint_of_an_unknown_format_is_refused(tmp_path):
     path = _checkpoint(tmp_path, format=99)
     with pytest.raises(ValueError, match="format 99; this version of going_modular"):

@@ -28,7 +28,7 @@ from going_modular.cli.config import RunConfig, gpu_augment_applies
 from going_modular.cli.errors import UsageError
 from going_modular.cli.output_dir import check_output_dir
 from going_modular.models import list_models
-from going_modular.training import cct_recipes
+from going_modular.training import cct_recipes, runs
 
 __all__ = [
     "DATASETS",
@@ -258,7 +258,14 @@ def _add_output(add: Callable[..., argparse.Action]) -> None:
         metavar="MINUTES",
         help="stop training once this many minutes are spent (the last epoch is still tested)",
     )
-    add("--num-workers", type=_count, default=None)
+    add(
+        "--num-workers",
+        type=_count,
+        default=None,
+        help="processes loading the images (default: the cores with a GPU, none on a "
+        "CPU); with any, a --resume is close to but not bit-exact with an uninterrupted "
+        "run (the workers' random states are not saved)",
+    )
     add("--seed", type=_seed, default=42)
     add(
         "--no-fallback",
@@ -406,6 +413,32 @@ def options_given(args: argparse.Namespace) -> dict:
     }
 
 
+def _saved_value(
+    actions: dict[str, argparse.Action], key: str, value: object, run_dir: Path
+) -> object:
+    """One option of a run's results.json, checked as the command line checks it."""
+    action = actions.get(key)
+    problem = None
+    if action is None:
+        problem = "this version has no such option"
+    elif value is not None and action.nargs == 0:
+        problem = None if isinstance(value, bool) else "it must be true or false"
+    elif value is not None:
+        try:
+            value = action.type(str(value)) if action.type else value
+        except (argparse.ArgumentTypeError, TypeError, ValueError) as error:
+            problem = str(error) or "not a value this option takes"
+        if problem is None and action.choices and value not in action.choices:
+            problem = f"choose from {', '.join(map(str, action.choices))}"
+    if problem:
+        raise UsageError(
+            f"--resume {run_dir}: its {runs.RESULTS} holds the option {key}={value!r}, "
+            f"which cannot be right ({problem}): the file was edited or damaged. Put its "
+            "own options back, or start a new run"
+        )
+    return value
+
+
 def resume_from(args: argparse.Namespace) -> resume.Resumed:
     """For ``--resume``: the run, its results so far and its readable checkpoint; ``args``
     takes the run's own options (and ``--time-budget``/``--num-workers`` if given anew)."""
@@ -422,11 +455,16 @@ def resume_from(args: argparse.Namespace) -> resume.Resumed:
             "cannot be given with it (only --time-budget, --num-workers and --dist-timeout "
             "can)"
         )
+    actions = {action.dest: action for action in build_parser()._actions}
+    options = {
+        key: _saved_value(actions, key, value, run_dir)
+        for key, value in saved["options"].items()
+    }
     checkpoint = resume.readable_checkpoint(args.resume, run_dir)
-    for key, value in saved["options"].items():
+    for key, value in options.items():
         if key in RESUME_MAY_CHANGE and getattr(args, key) is not None:
             continue
-        setattr(args, key, Path(value) if key == "data_dir" and value else value)
+        setattr(args, key, value)
     args.output_dir = run_dir.parent
     return resume.Resumed.of(run_dir, saved, checkpoint)
 

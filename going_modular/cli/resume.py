@@ -91,13 +91,22 @@ def readable_checkpoint(resume: Path, run_dir: Path) -> dict:
 
 
 def check_length(resumed: Resumed, epochs: int) -> None:
-    """Refuse a checkpoint of more epochs than the run plans: it is another run's."""
+    """Refuse a checkpoint of more epochs than the run plans (another run's), or whose
+    results are not those of its epochs."""
     done = resumed.checkpoint.get("epoch")
     if not isinstance(done, int) or not 0 < done <= epochs:
         raise UsageError(
             f"--resume {resumed.run_dir}: its {CHECKPOINT_NAME} holds epoch {done!r}, but "
             f"the run plans {epochs} epoch(s), so that checkpoint is not this run's. Put "
             "the run's own checkpoint back, or start a new run"
+        )
+    results = resumed.checkpoint.get("results")
+    lengths = {len(v) for v in results.values()} if isinstance(results, dict) else set()
+    if lengths != {done}:
+        raise UsageError(
+            f"--resume {resumed.run_dir}: its {CHECKPOINT_NAME} holds epoch {done} but "
+            f"results of {sorted(lengths) or 'no'} epoch(s), so it was edited or damaged. "
+            "Put the run's own checkpoint back, or start a new run"
         )
 
 
@@ -139,6 +148,15 @@ def check_resumable(
     saved = resumed.record  # runs from before it recorded the data: not compared
     data = [k for k in ("class_names", "train_images", "test_images") if k in saved]
     problems += config_mismatches(saved, {k: current.record[k] for k in data})
+    listings = current.record.get("data_sha256", {})
+    changed = [
+        s for s, h in saved.get("data_sha256", {}).items() if listings.get(s) != h
+    ]
+    if changed:
+        problems.append(
+            f"the {' and '.join(changed)} image files were renamed, moved between "
+            "classes, added, removed or changed in size since the run began"
+        )
     if problems:
         raise UsageError(
             f"--resume {current.dir}: its {CHECKPOINT_NAME} does not belong to this run "

@@ -11,7 +11,8 @@ ids mean nothing to each other: another machine's temporary is left alone for a 
 * :func:`atomic_write` and :func:`write_json`: one file;
 * :func:`atomic_folder`: a folder filled beside its place, then renamed into it;
 * :func:`temporary_folder`: a scratch folder named the same way, removed afterwards;
-* :func:`sha256_of`: a file's SHA-256, read in chunks.
+* :func:`sha256_of`: a file's SHA-256, read in chunks;
+* :func:`listing_sha256`: the SHA-256 of a labelled file list (names, labels and sizes).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from typing import Any, BinaryIO
 __all__ = [
     "atomic_folder",
     "atomic_write",
+    "listing_sha256",
     "machine_id",
     "remove_stale_temporaries",
     "sha256_of",
@@ -58,6 +60,17 @@ def sha256_of(path: str | Path) -> str:
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(_CHUNK), b""):
             digest.update(chunk)
+    return digest.hexdigest()
+
+
+def listing_sha256(root: str | Path, files: list[tuple[str, int]]) -> str:
+    """The SHA-256 of ``files`` (``(path, label)`` pairs, as an ImageFolder's ``samples``):
+    each path below ``root``, its label and its size in bytes. A file added, removed,
+    renamed, moved to another label or resized changes it; the contents are not read."""
+    digest = hashlib.sha256()
+    for path, label in sorted(files):
+        name = os.path.relpath(path, root)
+        digest.update(f"{name}\0{label}\0{os.stat(path).st_size}\n".encode())
     return digest.hexdigest()
 
 

@@ -93,11 +93,25 @@ def content_sha256(obj: Any) -> str:
     return digest.hexdigest()
 
 
+def _torch_save(obj: Any, f: Any) -> None:
+    """``torch.save(obj, f)``; a write that failed (a full disk, a file-size limit) raises
+    its own OSError, not the RuntimeError torch's zip writer adds on closing."""
+    try:
+        torch.save(obj, f)
+    except RuntimeError as error:
+        cause = error.__context__
+        while cause is not None and not isinstance(cause, OSError):
+            cause = cause.__context__
+        if cause is None:
+            raise
+        raise cause from None
+
+
 def write_verified(path: str | Path, contents: dict[str, Any]) -> Path:
     """``torch.save`` the dict ``contents`` to ``path`` atomically, with its SHA-256 under
     :data:`CHECKSUM_KEY`."""
     checked = {**contents, CHECKSUM_KEY: content_sha256(contents)}
-    return atomic_write(Path(path), lambda f: torch.save(checked, f))
+    return atomic_write(Path(path), lambda f: _torch_save(checked, f))
 
 
 def is_verified(obj: Any) -> bool:
@@ -203,7 +217,8 @@ def read_checkpoint(checkpoint_dir: str | Path) -> dict[str, Any] | None:
     ``checkpoint_dir``, or None if there is none: ``epoch`` (completed), ``results`` so far,
     ``first_loss``, ``seconds`` of time budget spent, ``model``, ``optimizer``,
     ``scheduler`` and ``scaler`` states, each rank's ``local`` states (random, batch
-    transform) and the ``config`` it was trained with. A corrupt file is refused."""
+    transform) and the ``config`` it was trained with. A corrupt file, or NaN or infinite
+    weights or optimiser state, is refused."""
     path = Path(checkpoint_dir) / CHECKPOINT_NAME
     if not path.exists():
         return None
@@ -215,7 +230,7 @@ def read_checkpoint(checkpoint_dir: str | Path) -> dict[str, Any] | None:
         ):
             if not is_verified(checkpoint):
                 raise CorruptCheckpointError(f"{path} has lost its checksum.")
-            return verified(checkpoint, path)
+            return _check_finite(verified(checkpoint, path), path)
     except CorruptCheckpointError as error:
         raise CorruptCheckpointError(
             f"Cannot read the training checkpoint {path}: {error} Move it away to start "
@@ -226,6 +241,35 @@ def read_checkpoint(checkpoint_dir: str | Path) -> dict[str, Any] | None:
         f"{path} is not a training checkpoint this version reads (format {found!r}, "
         f"expected {CHECKPOINT_FORMAT}). Move it away to start afresh."
     )
+
+
+def _non_finite(obj: Any, name: str) -> list[str]:
+    """The names (``name`` and the keys below it) of floating-point tensors in ``obj``
+    that hold NaN or infinite values."""
+    if torch.is_tensor(obj):
+        bad = obj.is_floating_point() and not bool(torch.isfinite(obj).all())
+        return [name] if bad else []
+    if isinstance(obj, dict):
+        items = obj.items()
+    elif isinstance(obj, (list, tuple)):
+        items = enumerate(obj)
+    else:
+        return []
+    return [found for k, v in items for found in _non_finite(v, f"{name}.{k}")]
+
+
+def _check_finite(checkpoint: dict[str, Any], path: Path) -> dict[str, Any]:
+    """``checkpoint``, unless its weights or optimiser state hold NaN or infinite values
+    (a run that had diverged): CheckpointMismatchError."""
+    bad = _non_finite(checkpoint.get("model"), "model")
+    bad += _non_finite(checkpoint.get("optimizer"), "optimizer")
+    if bad:
+        raise CheckpointMismatchError(
+            f"{path} holds NaN or infinite values in {len(bad)} tensor(s) (first: "
+            f"{bad[0]}), so training from it would only produce NaN. Move it away to "
+            "start afresh."
+        )
+    return checkpoint
 
 
 def save_checkpoint(checkpoint_dir: Path, epoch: int, state: dict[str, Any]) -> None:

@@ -146,20 +146,27 @@ def _check_device(device: str | torch.device) -> torch.device:
             f"device={str(device)!r}, but this machine has {torch.cuda.device_count()} "
             "GPU(s), numbered from 0."
         )
+    try:
+        torch.empty(0, device=device)
+    except Exception as error:  # noqa: BLE001  (each backend fails its own way)
+        first_line = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise ValueError(
+            f"device={str(device)!r} cannot hold tensors on this machine ({first_line}). "
+            "Use device='cpu'."
+        ) from None
     return device
 
 
-def _read(path: str | Path, map_location: str | torch.device) -> Any:
-    """``torch.load`` (weights only), with a clear error for a missing or broken file;
-    the contents of a checksummed file after checking them."""
-    map_location = _check_device(map_location)
+def _read(path: str | Path) -> Any:
+    """``torch.load`` (weights only, to the CPU), with a clear error for a missing or
+    broken file; the contents of a checksummed file after checking them."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(
             f"No checkpoint at {path}. Check the path or train a model first."
         )
     try:
-        obj = torch.load(path, map_location=map_location, weights_only=True)
+        obj = torch.load(path, map_location="cpu", weights_only=True)
     except PermissionError:
         raise
     except (
@@ -280,7 +287,8 @@ def load_model(
     and for an unknown ``device``, a checkpoint format this version does not read, weights
     that are NaN or infinite, or a broken ``build_config``.
     """
-    obj = _read(path, map_location=device)
+    device = _check_device(device)
+    obj = _read(path)
     if model is not None and _is_state_dict(obj):
         obj = {"state_dict": obj}  # a plain state_dict, loaded into the given model
     checkpoint = _require_checkpoint(obj, path)

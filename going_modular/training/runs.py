@@ -145,10 +145,12 @@ class StopSignals:
 
 
 @contextlib.contextmanager
-def stop_signals() -> Iterator[StopSignals]:
+def stop_signals(exiting: bool = False) -> Iterator[StopSignals]:
     """Within the block, Ctrl-C, SIGTERM and SIGHUP stop the run through the
     :class:`StopSignals` it yields (main thread only). A signal that was ignored when the
-    block began stays ignored: ``nohup`` ignores SIGHUP, a shell's background job SIGINT."""
+    block began stays ignored: ``nohup`` ignores SIGHUP, a shell's background job SIGINT.
+    With ``exiting`` (the process ends after the block), once a stop came the three stay
+    ignored after the block, so that more of them cannot cut the exit short."""
     stops = StopSignals()
     if not _in_main_thread():
         yield stops
@@ -163,7 +165,9 @@ def stop_signals() -> Iterator[StopSignals]:
         yield stops
     finally:
         for signum, handler in previous.items():
-            if handler is not None:  # None: a handler not set from Python, left as is
+            if exiting and stops.received is not None:
+                signal.signal(signum, signal.SIG_IGN)
+            elif handler is not None:  # None: a handler not set from Python, left as is
                 signal.signal(signum, handler)
 
 

@@ -4,6 +4,8 @@ saying what to do (the CLI's --resume: tests/test_cli.py)."""
 
 from __future__ import annotations
 
+import errno
+
 import pytest
 import torch
 from stateful_transform import Jitter
@@ -18,6 +20,7 @@ from going_modular.training.checkpoint import (
     CheckpointMismatchError,
     CorruptCheckpointError,
     read_checkpoint,
+    write_verified,
 )
 from going_modular.training.recipe import Recipe
 
@@ -226,3 +229,21 @@ def test_a_run_stopped_by_its_time_budget_continues_with_a_new_budget(
     out = capsys.readouterr().out
     assert out.count("Time budget of 1 s spent: stopped in epoch 1.") == 2
     assert "1 of 4 epochs done; continuing with epoch 2." in out
+
+
+@pytest.mark.parametrize("limit", [3000, 30000])
+def test_a_full_disk_while_saving_raises_its_own_error(tmp_path, limit):
+    """A write cut short (here by a file-size limit, as a full disk cuts it) is the OSError
+    that names the file, not torch's "unexpected pos" RuntimeError; the old file stays."""
+    resource = pytest.importorskip("resource")
+    path = write_verified(tmp_path / "state.pth", {"w": torch.zeros(4)})
+    before = path.read_bytes()
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
+    try:
+        with pytest.raises(OSError) as info:
+            write_verified(path, {"w": torch.zeros(50_000)})
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    assert info.value.errno == errno.EFBIG and info.value.filename == str(path)
+    assert path.read_bytes() == before and list(tmp_path.iterdir()) == [path]
