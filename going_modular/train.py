@@ -185,12 +185,6 @@ def _resumed_run(
     if ranks.is_main(ctx):
         current.write_results(current.record, resumed.results)
     print(f"[INFO] Continuing the run in {current.dir}")
-    if train_dl.num_workers:
-        print(
-            f"[INFO] With {train_dl.num_workers} loader worker(s), the continued run is "
-            "close to, not bit-exact with, an uninterrupted one (the workers' random "
-            "states are not saved); --num-workers 0 resumes exactly."
-        )
     return current, train_dl, test_dl, recipe
 
 

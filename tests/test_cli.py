@@ -434,14 +434,15 @@ def test_a_stop_signal_saves_the_last_completed_epoch(
 
 @pytest.mark.parametrize(
     "recipe",
-    [[], ["--recipe", "cct"], ["--recipe", "cct200"], ["--amp"]],
-    ids=["default", "cct", "cct200", "amp"],
+    [[], ["--recipe", "cct"], ["--recipe", "cct200"], ["--amp"], ["--num-workers", "1"]],
+    ids=["default", "cct", "cct200", "amp", "workers"],
 )
 def test_cli_sigterm_then_resume_equals_an_uninterrupted_run(
     recipe, tiny_image_folder, tmp_path, capsys, signal_at_training_step, no_plots
 ):
     """Every recipe resumes exactly: MixUp/CutMix's step count and NumPy's random state
-    (cct, cct200), the autocast path (amp) are in the checkpoint."""
+    (cct, cct200), the autocast path (amp) are in the checkpoint; with a loader worker, the
+    worker's seed is drawn afresh each epoch from the saved generator."""
     options = ["--data-dir", str(tiny_image_folder), "--img-size", "8"]
     options += ["--batch-size", "4", "--epochs", "4", *recipe]
     out = tmp_path / "runs"

@@ -226,24 +226,6 @@ def test_resume_on_images_moved_between_classes_is_refused(
     assert _snapshot(out) == before
 
 
-def test_a_resume_with_loader_workers_says_it_is_not_bit_exact(
-    interrupted_run, tmp_path, capsys
-):
-    run = interrupted_run(tmp_path / "runs")
-    train.main(["--resume", str(run), "--num-workers", "1"])
-    said = capsys.readouterr().out
-    assert (
-        "With 1 loader worker(s), the continued run is close to, not bit-exact" in said
-    )
-    assert "--num-workers 0 resumes exactly" in said
-    assert json.loads((run / "results.json").read_text())["status"] == "complete"
-    with pytest.raises(SystemExit):
-        train.main(["--help"])
-    assert "not bit-exact with an uninterrupted" in " ".join(
-        capsys.readouterr().out.split()
-    )
-
-
 # --- Signals ------------------------------------------------------------------------------------
 
 
@@ -384,6 +366,15 @@ def test_output_dir_links_that_go_nowhere_are_refused(tmp_path, capsys):
     err = _refused([*TINY, "--output-dir", str(loop)], capsys)
     assert f"--output-dir {loop} is a symbolic link that leads back to itself" in err
     assert not (tmp_path / "gone").exists() and not (tmp_path / "data").exists()
+
+
+def test_an_empty_output_dir_is_refused_not_taken_as_the_current_folder(
+    tmp_path, monkeypatch, capsys
+):
+    monkeypatch.chdir(tmp_path)
+    err = _refused([*TINY, "--output-dir", ""], capsys)
+    assert "--output-dir: needs a folder's path, got an empty one" in err
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_batch_norm_with_batches_of_one_is_refused_up_front(tmp_path, capsys):

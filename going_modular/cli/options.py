@@ -104,6 +104,16 @@ _smoothing = _number(
 )
 
 
+def _folder(text: str) -> Path:
+    """An option type: a folder's path, never empty ("" would mean the current folder
+    without saying so)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(
+            "needs a folder's path, got an empty one (give . for the current folder)"
+        )
+    return Path(text)
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse, except that a negative number after a numeric option is that option's
     value: ``--lr -1e-3`` is refused for its sign, not read as an unknown option."""
@@ -263,8 +273,7 @@ def _add_output(add: Callable[..., argparse.Action]) -> None:
         type=_count,
         default=None,
         help="processes loading the images (default: the cores with a GPU, none on a "
-        "CPU); with any, a --resume is close to but not bit-exact with an uninterrupted "
-        "run (the workers' random states are not saved)",
+        "CPU)",
     )
     add("--seed", type=_seed, default=42)
     add(
@@ -274,7 +283,7 @@ def _add_output(add: Callable[..., argparse.Action]) -> None:
     )
     add(
         "--output-dir",
-        type=Path,
+        type=_folder,
         default=Path("runs"),
         help="each run gets a new folder in it, <timestamp>-<id>/; OUTPUT_DIR/latest "
         "points to the newest (default: runs)",

@@ -227,8 +227,8 @@ def _stalled(limits: Limits, received: int) -> FetchError:
     return FetchError(
         f"it stalled: under {limits.min_speed:g} bytes/s for {limits.speed_time:g} s "
         f"({format_size(received)} received)",
-        "The server is too slow or stalled; try again later, or pass a lower "
-        "min_speed= or a longer speed_time=. Nothing was kept.",
+        "The server is too slow or stalled; try again later (from Python, "
+        "download_data's min_speed= and speed_time= relax the rule). Nothing was kept.",
     )
 
 

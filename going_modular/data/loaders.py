@@ -31,8 +31,12 @@ def train_test_loaders(
 ) -> tuple[DataLoader, DataLoader]:
     """A shuffled training DataLoader and an ordered test DataLoader over two datasets.
 
-    Both pin memory when there is a GPU to copy to and keep their worker processes alive
-    between epochs. The training order follows ``seed`` (torch's global generator when None).
+    Both pin memory when there is a GPU to copy to. The training loader starts its workers
+    afresh every epoch, so each epoch's worker seeds are drawn from its generator, whose
+    state a checkpoint saves: a resumed run draws the same ones and continues exactly. The
+    test loader keeps its workers alive between epochs, and draws their seed from a
+    generator of its own, never from torch's global one, which the model's dropout uses. The
+    training order follows ``seed`` (torch's global generator when None).
     ``collate_fn`` makes batches of unequal items (e.g. padded texts); ``test_batch_size``
     defaults to ``batch_size``.
     """
@@ -43,7 +47,6 @@ def train_test_loaders(
     options = {
         "num_workers": num_workers,
         "pin_memory": torch.cuda.is_available(),
-        "persistent_workers": num_workers > 0,
         "collate_fn": collate_fn,
     }
     generator = None if seed is None else torch.Generator().manual_seed(seed)
@@ -51,5 +54,12 @@ def train_test_loaders(
         DataLoader(
             train_data, batch_size, shuffle=True, generator=generator, **options
         ),
-        DataLoader(test_data, test_batch_size or batch_size, shuffle=False, **options),
+        DataLoader(
+            test_data,
+            test_batch_size or batch_size,
+            shuffle=False,
+            persistent_workers=num_workers > 0,
+            generator=torch.Generator().manual_seed(0),
+            **options,
+        ),
     )
