@@ -31,12 +31,12 @@ def train_test_loaders(
 ) -> tuple[DataLoader, DataLoader]:
     """A shuffled training DataLoader and an ordered test DataLoader over two datasets.
 
-    Both pin memory when there is a GPU to copy to. The training loader starts its workers
-    afresh every epoch, so each epoch's worker seeds are drawn from its generator, whose
-    state a checkpoint saves: a resumed run draws the same ones and continues exactly. The
-    test loader keeps its workers alive between epochs, and draws their seed from a
-    generator of its own, never from torch's global one, which the model's dropout uses. The
-    training order follows ``seed`` (torch's global generator when None).
+    Both pin memory when there is a GPU to copy to. Both start their workers afresh every
+    epoch, so each pass draws its workers' seeds anew, from the training loader's generator
+    (whose state a checkpoint saves) and from torch's global generator for the test loader,
+    one number per pass whether or not there are workers: a resumed run draws the same ones
+    and continues exactly. The training order follows ``seed`` (torch's global generator when
+    None).
     ``collate_fn`` makes batches of unequal items (e.g. padded texts); ``test_batch_size``
     defaults to ``batch_size``.
     """
@@ -54,12 +54,5 @@ def train_test_loaders(
         DataLoader(
             train_data, batch_size, shuffle=True, generator=generator, **options
         ),
-        DataLoader(
-            test_data,
-            test_batch_size or batch_size,
-            shuffle=False,
-            persistent_workers=num_workers > 0,
-            generator=torch.Generator().manual_seed(0),
-            **options,
-        ),
+        DataLoader(test_data, test_batch_size or batch_size, shuffle=False, **options),
     )
