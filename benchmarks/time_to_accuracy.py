@@ -63,8 +63,15 @@ FAST = {
     ),
     "vit": dict(
         model="vit_tiny",
-        kwargs=dict(patch_size=4, dim=64, depth=4, heads=4, mlp_ratio=2.0,
-                    drop_rate=0.0, pos_drop_rate=0.0),
+        kwargs=dict(
+            patch_size=4,
+            dim=64,
+            depth=4,
+            heads=4,
+            mlp_ratio=2.0,
+            drop_rate=0.0,
+            pos_drop_rate=0.0,
+        ),
         batch=128,
         lr=2e-3,
         budget=275,
@@ -96,33 +103,51 @@ def timed_fit(model, train_loader, test_loader, recipe, tests, options) -> list[
     curve = []
 
     def test(_, results: dict) -> bool:
-        _, acc = evaluate(model, test_loader, nn.CrossEntropyLoss(), "cpu", progress=False)
+        _, acc = evaluate(
+            model, test_loader, nn.CrossEntropyLoss(), "cpu", progress=False
+        )
         seen = sum(results["steps"]) * train_loader.batch_size
         curve.append((sum(results["train_seconds"]), seen, acc))
         print(f"    {curve[-1][0]:6.1f} s, {seen:>9,} images: {acc:.4f}", flush=True)
         return False
 
     with options.attention():
-        fit(model, train_loader, None, recipe, device="cpu", callbacks=[test],
-            progress=False)
+        fit(
+            model,
+            train_loader,
+            None,
+            recipe,
+            device="cpu",
+            callbacks=[test],
+            progress=False,
+        )
     return curve
 
 
 def fast_run(name: str, seed: int, data: dict, tests: int, scale: float) -> list[tuple]:
     spec = FAST[name]
     set_seeds(seed)
-    model = build_model(spec["model"], num_classes=10, img_size=28, in_channels=1,
-                        **spec["kwargs"])
+    model = build_model(
+        spec["model"], num_classes=10, img_size=28, in_channels=1, **spec["kwargs"]
+    )
     prefer_channels_last(model)
     flips = [random_hflip] if spec["flip"] else []
     augment = BatchAugment(flips, (FASHION_MNIST_MEAN,), (FASHION_MNIST_STD,))
     train = DeviceLoader(*data["uint8_train"], spec["batch"], augment, drop_last=True)
-    test = DeviceLoader(*data["uint8_test"], 1000, BatchAugment(
-        [], (FASHION_MNIST_MEAN,), (FASHION_MNIST_STD,)), shuffle=False)
+    test = DeviceLoader(
+        *data["uint8_test"],
+        1000,
+        BatchAugment([], (FASHION_MNIST_MEAN,), (FASHION_MNIST_STD,)),
+        shuffle=False,
+    )
     images, labels = next(iter(train))
     options, rates = fastest_step(model, images, labels)
-    print("  step options (img/s): " + ", ".join(
-        f"{o}: {r:.0f}" for o, r in rates.items()) + f" -> {options}", flush=True)
+    print(
+        "  step options (img/s): "
+        + ", ".join(f"{o}: {r:.0f}" for o, r in rates.items())
+        + f" -> {options}",
+        flush=True,
+    )
     steps = steps_for_budget(scale * spec["budget"], rates[options], spec["batch"])
     recipe = Recipe(
         lr=spec["lr"],
@@ -133,7 +158,9 @@ def fast_run(name: str, seed: int, data: dict, tests: int, scale: float) -> list
         amp=options.amp,
         steps=steps,
     )
-    print(f"  {steps} steps of {spec['batch']} planned for {spec['budget']} s", flush=True)
+    print(
+        f"  {steps} steps of {spec['batch']} planned for {spec['budget']} s", flush=True
+    )
     return timed_fit(model, train, test, recipe, tests, options)
 
 
@@ -141,20 +168,31 @@ def today_run(seed: int, data: dict, tests: int, scale: float) -> list[tuple]:
     set_seeds(seed)
     model = build_model("cct_2_3x2", num_classes=10, img_size=32, in_channels=1)
     prefer_channels_last(model)
-    train, test = tensor_loaders(data["float_train"], data["float_test"], 128, seed=seed)
+    train, test = tensor_loaders(
+        data["float_train"], data["float_test"], 128, seed=seed
+    )
     x, y = next(iter(train))
-    rate = images_per_second(model, x.contiguous(memory_format=torch.channels_last), y,
-                             steps=5, amp=True)
+    rate = images_per_second(
+        model, x.contiguous(memory_format=torch.channels_last), y, steps=5, amp=True
+    )
     epochs = max(1, round(0.9 * scale * TODAY_BUDGET * rate / 128 / len(train)))
     recipe = CCT_CIFAR_200.replace(lr=2e-3, policy=None, crop=None, hflip=False)
     recipe = recipe.training_recipe(len(train), epochs).replace(
         amp=True, batch_transform=random_flip_batch
     )
     steps = epochs * len(train)
-    print(f"  {epochs} epochs ({steps} steps of 128) planned at {rate:.0f} img/s",
-          flush=True)
-    return timed_fit(model, train, test, recipe.replace(epochs=1, steps=steps), tests,
-                     StepOptions(amp=True))
+    print(
+        f"  {epochs} epochs ({steps} steps of 128) planned at {rate:.0f} img/s",
+        flush=True,
+    )
+    return timed_fit(
+        model,
+        train,
+        test,
+        recipe.replace(epochs=1, steps=steps),
+        tests,
+        StepOptions(amp=True),
+    )
 
 
 def first_time(curve: list[tuple], target: float) -> float | None:
@@ -163,13 +201,21 @@ def first_time(curve: list[tuple], target: float) -> float | None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--runs", nargs="+", default=["cct", "vit", "today"],
-                        choices=["cct", "vit", "today"])
+    parser.add_argument(
+        "--runs",
+        nargs="+",
+        default=["cct", "vit", "today"],
+        choices=["cct", "vit", "today"],
+    )
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--today-seeds", nargs="+", type=int, default=[0])
     parser.add_argument("--tests", type=int, default=10, help="test passes per run")
-    parser.add_argument("--scale", type=float, default=1.0,
-                        help="budgets times this (a smoke test: 0.05)")
+    parser.add_argument(
+        "--scale",
+        type=float,
+        default=1.0,
+        help="budgets times this (a smoke test: 0.05)",
+    )
     args = parser.parse_args()
     train, test = get_fashion_mnist(True), get_fashion_mnist(False)
     data = {
@@ -180,9 +226,11 @@ def main() -> None:
     }
     with open("/proc/loadavg") as f:
         load = f.read().split()[0]
-    print(f"CPU: {cpu_model()}; {torch.get_num_threads()} threads; torch "
-          f"{torch.__version__}; load average {load} at the start. Data: Fashion-MNIST, "
-          f"{len(train):,} training and all {len(test):,} test images.")
+    print(
+        f"CPU: {cpu_model()}; {torch.get_num_threads()} threads; torch "
+        f"{torch.__version__}; load average {load} at the start. Data: Fashion-MNIST, "
+        f"{len(train):,} training and all {len(test):,} test images."
+    )
     times: dict[str, list] = {}
     finals: dict[str, list] = {}
     start = time.perf_counter()
@@ -200,9 +248,13 @@ def main() -> None:
     print(f"\nCPU: {cpu_model()}; whole benchmark {time.perf_counter() - start:.0f} s")
     for name in times:
         target = 0.88 if name == "vit" else 0.90
-        shown = ", ".join("not reached" if t is None else f"{t:.0f} s" for t in times[name])
-        print(f"{name:>6}: to {target:.0%}: {shown}; final accuracy "
-              + ", ".join(f"{a:.4f}" for a in finals[name]))
+        shown = ", ".join(
+            "not reached" if t is None else f"{t:.0f} s" for t in times[name]
+        )
+        print(
+            f"{name:>6}: to {target:.0%}: {shown}; final accuracy "
+            + ", ".join(f"{a:.4f}" for a in finals[name])
+        )
     if "today" in times and "cct" in times:
         if None in times["today"] + times["cct"]:
             print("CCT speed-up: not measurable (a run did not reach 90%)")

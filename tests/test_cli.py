@@ -434,7 +434,13 @@ def test_a_stop_signal_saves_the_last_completed_epoch(
 
 @pytest.mark.parametrize(
     "recipe",
-    [[], ["--recipe", "cct"], ["--recipe", "cct200"], ["--amp"], ["--num-workers", "1"]],
+    [
+        [],
+        ["--recipe", "cct"],
+        ["--recipe", "cct200"],
+        ["--amp"],
+        ["--num-workers", "1"],
+    ],
     ids=["default", "cct", "cct200", "amp", "workers"],
 )
 def test_cli_sigterm_then_resume_equals_an_uninterrupted_run(

@@ -56,5 +56,9 @@ def test_steps_for_budget_plans_whole_steps_in_the_seconds_left():
     for bad in (dict(seconds=5, reserve=5), dict(images_per_s=0), dict(batch_size=0)):
         args = dict(seconds=10, images_per_s=100, batch_size=8) | bad
         with pytest.raises(ValueError, match="seconds > reserve"):
-            steps_for_budget(args["seconds"], args["images_per_s"], args["batch_size"],
-                             reserve=args.get("reserve", 0))
+            steps_for_budget(
+                args["seconds"],
+                args["images_per_s"],
+                args["batch_size"],
+                reserve=args.get("reserve", 0),
+            )
