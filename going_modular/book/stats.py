@@ -189,13 +189,21 @@ def claim_above(
     return holds
 
 
-def log_log_slope(x: Sequence[float], y: Sequence[float]) -> float:
-    """The least-squares slope of ``log y`` against ``log x`` (every value positive)."""
+def _points(
+    x: Sequence[float], y: Sequence[float], what: str
+) -> tuple[list[float], list[float]]:
+    """``x`` and ``y`` as finite floats, as many of each and at least two points."""
     x, y = _floats(x, "x"), _floats(y, "y")
     if len(x) != len(y):
         raise ValueError(f"x has {len(x)} values, y has {len(y)}")
     if len(x) < 2:
-        raise ValueError(f"a slope needs at least 2 points; got {len(x)}")
+        raise ValueError(f"{what} needs at least 2 points; got {len(x)}")
+    return x, y
+
+
+def log_log_slope(x: Sequence[float], y: Sequence[float]) -> float:
+    """The least-squares slope of ``log y`` against ``log x`` (every value positive)."""
+    x, y = _points(x, y, "a slope")
     if min(x) <= 0 or min(y) <= 0:
         raise ValueError("a log-log slope needs positive x and y")
     lx, ly = [math.log(v) for v in x], [math.log(v) for v in y]
@@ -228,12 +236,8 @@ def claim_slope(
 
 def kendall_tau(x: Sequence[float], y: Sequence[float]) -> float:
     """Kendall's tau-a: (concordant - discordant pairs) / all pairs, from -1 to 1."""
-    x, y = _floats(x, "x"), _floats(y, "y")
-    if len(x) != len(y):
-        raise ValueError(f"x has {len(x)} values, y has {len(y)}")
+    x, y = _points(x, y, "a trend")
     n = len(x)
-    if n < 2:
-        raise ValueError(f"a trend needs at least 2 points; got {n}")
     score = sum(
         _sign(x[j] - x[i]) * _sign(y[j] - y[i])
         for i in range(n)
