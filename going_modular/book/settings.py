@@ -72,7 +72,7 @@ __all__ = [
 SETTINGS = ("quick", "cpu", "gpu", "full")
 _DESCRIPTIONS = {
     "quick": "QUICK (CI, 2 CPU cores: <= ~3 min a chapter; checks code, not lessons)",
-    "cpu": "CPU (2-core laptop: <= ~10 min a chapter, sized to show each lesson)",
+    "cpu": "CPU (2 idle cores: <= ~20 min a chapter, sized to show each lesson)",
     "gpu": "GPU (a Colab T4: <= ~15 min a chapter, the papers' datasets)",
     "full": "FULL (the papers' settings: hours on a GPU)",
 }

@@ -5,6 +5,13 @@
     with options.attention():
         fit(model, train, test, Recipe(..., amp=options.amp, steps=steps))
 
+or, the same planned for a budget that counts everything (measuring, training, testing):
+
+    plan = plan_for_budget(model, train, 150, Recipe(lr=2e-3, ...), tests=3,
+                           test_images=10_000)
+    with plan.options.attention():
+        fit(model, train, test, plan.recipe)
+
 Whether bfloat16 autocast helps, and whether ``F.scaled_dot_product_attention`` is faster with
 its fused CPU kernel or with its plain "math" one, depends on the model and the processor:
 with 49 tokens of 16-dimensional heads the fused kernel can be several times slower in
@@ -17,16 +24,25 @@ from __future__ import annotations
 import contextlib
 import copy
 import math
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from going_modular.training.recipe import Recipe
 from going_modular.training.timing import images_per_second
 
-__all__ = ["CANDIDATES", "StepOptions", "fastest_step", "steps_for_budget"]
+__all__ = [
+    "CANDIDATES",
+    "BudgetPlan",
+    "StepOptions",
+    "fastest_step",
+    "plan_for_budget",
+    "steps_for_budget",
+]
 
 
 @dataclass(frozen=True)
@@ -103,3 +119,72 @@ def steps_for_budget(
             f"batch_size={batch_size}."
         )
     return max(1, math.floor((seconds - reserve) * images_per_s / batch_size))
+
+
+@dataclass(frozen=True)
+class BudgetPlan:
+    """A run planned for a time budget: the step ``options`` and every candidate's
+    measured ``rates`` (images/s), and the ``recipe`` to train with (its ``steps``,
+    ``max_steps_per_epoch`` = steps between tests, ``amp`` and ``time_budget`` set)."""
+
+    options: StepOptions
+    rates: dict[StepOptions, float]
+    recipe: Recipe
+
+
+def plan_for_budget(
+    model: nn.Module,
+    train_loader: Iterable,
+    seconds: float,
+    recipe: Recipe,
+    *,
+    tests: int = 1,
+    test_images: int = 0,
+    warmup: float = 0.05,
+    margin: float = 0.9,
+    candidates: Sequence[StepOptions] = CANDIDATES,
+    repeats: int = 3,
+) -> BudgetPlan:
+    """Plan ``recipe`` so that measuring, training and ``tests`` test passes of
+    ``test_images`` each fit in ``seconds``, counted from this call.
+
+    Times ``candidates`` with :func:`fastest_step` (best of ``repeats``) on the loader's
+    first batch (one draw of the loader), assumes a whole run reaches ``margin`` of the best measured speed and
+    a test pass three times a training step's images/s (a forward pass is about a third
+    of a step), and plans that many steps with a warmup over their first ``warmup``
+    fraction (for ``schedule="warmup_cosine"``). The recipe's ``time_budget`` is what is
+    left after measuring, less one test pass: if the run is slower than planned, training
+    stops in time for the last test, with the schedule not fully decayed.
+    """
+    if not (0 < margin <= 1 and tests >= 1 and test_images >= 0 and 0 <= warmup < 1):
+        raise ValueError(
+            f"Need 0 < margin <= 1, tests >= 1, test_images >= 0 and 0 <= warmup < 1; "
+            f"got margin={margin}, tests={tests}, test_images={test_images}, "
+            f"warmup={warmup}."
+        )
+    start = time.perf_counter()
+    images, labels = next(iter(train_loader))
+    options, rates = fastest_step(
+        model, images, labels, candidates=candidates, repeats=repeats
+    )
+    rate = margin * rates[options]
+    one_test = test_images / (3 * rate)
+    measuring = time.perf_counter() - start
+    left = seconds - measuring
+    if left <= tests * one_test:
+        raise ValueError(
+            f"A budget of {seconds:g} s is too short here: measuring the step took "
+            f"{measuring:.0f} s and {tests} test pass(es) of {test_images} images need "
+            f"about {tests * one_test:.0f} s more (at {rates[options]:.0f} images/s). "
+            "Give more seconds, fewer candidates or repeats, or fewer tests."
+        )
+    steps = steps_for_budget(left, rate, len(images), reserve=tests * one_test)
+    planned = recipe.replace(
+        amp=options.amp,
+        epochs=1,
+        steps=steps,
+        max_steps_per_epoch=math.ceil(steps / tests),
+        warmup_steps=round(warmup * steps),
+        time_budget=left - one_test,
+    )
+    return BudgetPlan(options, rates, planned)

@@ -4,10 +4,12 @@ import pytest
 import torch
 
 from going_modular.models import build_model
+from going_modular.training.recipe import Recipe
 from going_modular.training.speed import (
     CANDIDATES,
     StepOptions,
     fastest_step,
+    plan_for_budget,
     steps_for_budget,
 )
 
@@ -62,3 +64,35 @@ def test_steps_for_budget_plans_whole_steps_in_the_seconds_left():
                 args["batch_size"],
                 reserve=args.get("reserve", 0),
             )
+
+
+def test_plan_for_budget_fits_measuring_training_and_tests_in_the_seconds():
+    torch.manual_seed(0)
+    model = build_model("tinyvgg", num_classes=10, img_size=28, in_channels=1)
+    batch = (torch.randn(16, 1, 28, 28), torch.randint(0, 10, (16,)))
+    base = Recipe(lr=2e-3, schedule="warmup_cosine", label_smoothing=0.1)
+    plan = plan_for_budget(model, [batch], 1000, base, tests=4, test_images=10_000)
+    rate = 0.9 * plan.rates[plan.options]
+    one_test = 10_000 / (3 * rate)
+    recipe = plan.recipe
+    # the time budget leaves one test pass for the end, and measuring took some time
+    left = recipe.time_budget + one_test
+    assert 1000 - 120 < left < 1000
+    # the steps that fit in what is left after 4 test passes, at 90% of the best speed
+    assert recipe.steps == int((left - 4 * one_test) * rate / 16)
+    assert recipe.max_steps_per_epoch * 4 >= recipe.steps
+    assert recipe.max_steps_per_epoch * 3 < recipe.steps
+    assert recipe.warmup_steps == round(0.05 * recipe.steps)
+    assert recipe.amp == plan.options.amp and recipe.lr == 2e-3
+    assert recipe.label_smoothing == 0.1 and recipe.schedule == "warmup_cosine"
+    with pytest.raises(ValueError, match="margin"):
+        plan_for_budget(model, [batch], 10, base, margin=0)
+
+
+def test_a_budget_shorter_than_its_measurement_is_refused_plainly():
+    model = build_model("tinyvgg", num_classes=10, img_size=28, in_channels=1)
+    batch = (torch.randn(8, 1, 28, 28), torch.randint(0, 10, (8,)))
+    with pytest.raises(ValueError, match="too short here: measuring the step took"):
+        plan_for_budget(
+            model, [batch], 1e-3, Recipe(), repeats=1, candidates=CANDIDATES[:1]
+        )
