@@ -155,6 +155,11 @@ def plan_for_budget(
     fraction (for ``schedule="warmup_cosine"``). The recipe's ``time_budget`` is what is
     left after measuring, less one test pass: if the run is slower than planned, training
     stops in time for the last test, with the schedule not fully decayed.
+
+    An epoch of :func:`~going_modular.engine.fit` is at most one pass of the loader, so
+    give a loader of at least ``steps / tests`` batches (``DeviceLoader(...,
+    passes=...)``); a shorter one tests more often than planned, and those extra test
+    passes come out of the training time.
     """
     if not (0 < margin <= 1 and tests >= 1 and test_images >= 0 and 0 <= warmup < 1):
         raise ValueError(
