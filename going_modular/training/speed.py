@@ -25,7 +25,7 @@ import contextlib
 import copy
 import math
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence, Sized
 from dataclasses import dataclass
 
 import torch
@@ -156,10 +156,10 @@ def plan_for_budget(
     left after measuring, less one test pass: if the run is slower than planned, training
     stops in time for the last test, with the schedule not fully decayed.
 
-    An epoch of :func:`~going_modular.engine.fit` is at most one pass of the loader, so
-    give a loader of at least ``steps / tests`` batches (``DeviceLoader(...,
-    passes=...)``); a shorter one tests more often than planned, and those extra test
-    passes come out of the training time.
+    An epoch of :func:`~going_modular.engine.fit` is at most one pass of the loader, so a
+    loader shorter than ``steps / tests`` batches is tested after every pass: the plan
+    counts those extra test passes and trains for correspondingly fewer steps. Give a
+    longer loader (``DeviceLoader(..., passes=...)``) to test only ``tests`` times.
     """
     if not (0 < margin <= 1 and tests >= 1 and test_images >= 0 and 0 <= warmup < 1):
         raise ValueError(
@@ -184,11 +184,16 @@ def plan_for_budget(
             "Give more seconds, fewer candidates or repeats, or fewer tests."
         )
     steps = steps_for_budget(left, rate, len(images), reserve=tests * one_test)
+    per_pass = len(train_loader) if isinstance(train_loader, Sized) else math.inf
+    if math.ceil(steps / tests) > per_pass:  # fit also tests after every pass
+        per_step = len(images) / rate + one_test / per_pass  # a step and its share
+        steps = max(1, math.floor((left - one_test) / per_step))
+    per_epoch = min(math.ceil(steps / tests), per_pass)
     planned = recipe.replace(
         amp=options.amp,
         epochs=1,
         steps=steps,
-        max_steps_per_epoch=math.ceil(steps / tests),
+        max_steps_per_epoch=per_epoch,
         warmup_steps=round(warmup * steps),
         time_budget=left - one_test,
     )

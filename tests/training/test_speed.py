@@ -14,6 +14,19 @@ from going_modular.training.speed import (
 )
 
 
+class Batches:
+    """A loader of ``n`` batches, all the same one."""
+
+    def __init__(self, batch, n):
+        self.batch, self.n = batch, n
+
+    def __len__(self):
+        return self.n
+
+    def __iter__(self):
+        return (self.batch for _ in range(self.n))
+
+
 def test_math_attention_switches_the_fused_kernels_off_only_inside_the_block():
     assert torch.backends.cuda.flash_sdp_enabled()
     with StepOptions(math_attention=True).attention():
@@ -71,7 +84,9 @@ def test_plan_for_budget_fits_measuring_training_and_tests_in_the_seconds():
     model = build_model("tinyvgg", num_classes=10, img_size=28, in_channels=1)
     batch = (torch.randn(16, 1, 28, 28), torch.randint(0, 10, (16,)))
     base = Recipe(lr=2e-3, schedule="warmup_cosine", label_smoothing=0.1)
-    plan = plan_for_budget(model, [batch], 1000, base, tests=4, test_images=10_000)
+    plan = plan_for_budget(
+        model, Batches(batch, 10**9), 1000, base, tests=4, test_images=10_000
+    )
     rate = 0.9 * plan.rates[plan.options]
     one_test = 10_000 / (3 * rate)
     recipe = plan.recipe
@@ -87,6 +102,26 @@ def test_plan_for_budget_fits_measuring_training_and_tests_in_the_seconds():
     assert recipe.label_smoothing == 0.1 and recipe.schedule == "warmup_cosine"
     with pytest.raises(ValueError, match="margin"):
         plan_for_budget(model, [batch], 10, base, margin=0)
+
+
+def test_a_loader_shorter_than_the_steps_between_tests_is_counted_in_the_plan():
+    # fit tests after every pass; with a one-batch loader that is after every step, and
+    # the plan sets a test pass aside for each of them, whatever this machine's speed
+    torch.manual_seed(0)
+    model = build_model("tinyvgg", num_classes=10, img_size=28, in_channels=1)
+    batch = (torch.randn(16, 1, 28, 28), torch.randint(0, 10, (16,)))
+    base = Recipe(lr=2e-3, schedule="warmup_cosine")
+    plan = plan_for_budget(
+        model, Batches(batch, 1), 120, base, tests=2, test_images=1_000, repeats=1
+    )
+    rate = 0.9 * plan.rates[plan.options]
+    one_test = 1_000 / (3 * rate)
+    recipe = plan.recipe
+    left = recipe.time_budget + one_test
+    assert recipe.max_steps_per_epoch == 1  # one pass of the loader
+    # every step and its test pass fit in what is left; one more step would not
+    assert recipe.steps * (16 / rate + one_test) <= left
+    assert (recipe.steps + 2) * (16 / rate + one_test) > left
 
 
 def test_a_budget_shorter_than_its_measurement_is_refused_plainly():
