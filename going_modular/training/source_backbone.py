@@ -1,0 +1,104 @@
+"""Pre-training chapter 7's backbone on the source classes of Fashion-MNIST.
+
+The images stay in memory as uint8 and are served by a
+:class:`~going_modular.data.gpu_augment.DeviceLoader` (random 2-pixel shifts and left-right
+flips, then the training set's normalisation, the same as
+:func:`~going_modular.data.datasets.fashion_mnist_tensors`); training uses chapter 6's recipe
+(AdamW, warmup and cosine, label smoothing, clipping) with bfloat16 autocast and the math
+attention kernel, the fastest step for this model on a CPU (:mod:`~going_modular.training.speed`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import partial
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from going_modular.data.datasets import (
+    FASHION_MNIST_MEAN,
+    FASHION_MNIST_STD,
+    get_fashion_mnist,
+)
+from going_modular.data.gpu_augment import BatchAugment, DeviceLoader
+from going_modular.data.gpu_augment.crops import random_pad_crop
+from going_modular.models.fashion_source import source_vit
+from going_modular.training.loop import fit
+from going_modular.training.recipe import Recipe
+from going_modular.training.seeding import set_seeds
+from going_modular.training.speed import StepOptions
+
+__all__ = ["PRETRAIN_OPTIONS", "pretrain_source_backbone", "source_loaders"]
+
+#: bfloat16 autocast and the math attention kernel: the fastest step here (see the module).
+PRETRAIN_OPTIONS = StepOptions(amp=True, math_attention=True)
+
+
+def _select(train: bool, classes: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """uint8 images (N, 1, 28, 28) of ``classes``, relabelled 0, 1, ... in their order."""
+    dataset = get_fashion_mnist(train)
+    relabel = torch.full((10,), -1, dtype=torch.long)
+    relabel[torch.tensor(list(classes))] = torch.arange(len(classes))
+    labels = relabel[dataset.targets]
+    keep = labels >= 0
+    return dataset.data[keep].unsqueeze(1).contiguous(), labels[keep]
+
+
+def source_loaders(
+    classes: Sequence[int], batch_size: int = 128
+) -> tuple[DeviceLoader, DeviceLoader]:
+    """Training (shifted, flipped) and test loaders over the Fashion-MNIST images of
+    ``classes``, normalised as :func:`fashion_mnist_tensors` normalises."""
+    norm = dict(mean=(FASHION_MNIST_MEAN,), std=(FASHION_MNIST_STD,))
+    shift_flip = partial(random_pad_crop, padding=2, hflip=0.5)
+    train = DeviceLoader(
+        *_select(True, classes), batch_size, BatchAugment([shift_flip], **norm)
+    )
+    test = DeviceLoader(
+        *_select(False, classes), 1000, BatchAugment(**norm), shuffle=False
+    )
+    return train, test
+
+
+def pretrain_source_backbone(
+    classes: Sequence[int],
+    epochs: int,
+    *,
+    batch_size: int = 128,
+    lr: float = 1e-3,
+    seed: int = 0,
+    max_steps_per_epoch: int | None = None,
+    device: torch.device | str | None = None,
+    checkpoint_dir: str | Path | None = None,
+    progress: bool = True,
+) -> tuple[nn.Module, dict[str, list[float]]]:
+    """The small ViT trained on ``classes`` for ``epochs`` (resuming from ``checkpoint_dir``
+    when it holds a checkpoint), and its per-epoch history."""
+    set_seeds(seed)
+    model = source_vit(len(classes))
+    train, test = source_loaders(classes, batch_size)
+    steps = epochs * min(len(train), max_steps_per_epoch or len(train))
+    recipe = Recipe(
+        lr=lr,
+        weight_decay=0.05,
+        schedule="warmup_cosine",
+        warmup_steps=steps // 10,
+        label_smoothing=0.1,
+        max_grad_norm=1.0,
+        epochs=epochs,
+        max_steps_per_epoch=max_steps_per_epoch,
+        amp=PRETRAIN_OPTIONS.amp,
+    )
+    with PRETRAIN_OPTIONS.attention():
+        results = fit(
+            model,
+            train,
+            test,
+            recipe,
+            device=device,
+            checkpoint_dir=checkpoint_dir,
+            progress=progress,
+        )
+    return model.eval(), results
