@@ -34,6 +34,7 @@ __all__ = [
     "PairedDifference",
     "claim_above",
     "claim_beats",
+    "claim_order",
     "claim_slope",
     "claim_trend",
     "claim_within_noise",
@@ -163,6 +164,38 @@ def claim_within_noise(
     holds = abs(diff.mean) <= 2 * diff.se
     claim(_with(sentence, diff.describe(unit, digits)), holds)
     return holds
+
+
+def claim_order(
+    a_label: str,
+    a: Sequence[float],
+    b_label: str,
+    b: Sequence[float],
+    *,
+    unit: str = "points",
+    digits: int = 2,
+) -> str:
+    """How A stands against B on paired results, in words the prose can quote, checked.
+
+    ``"beats"`` when ``mean(a - b) > 2 SE``, ``"trails"`` when ``mean(a - b) < -2 SE``,
+    else ``"is within the noise of"``; the check printed (:func:`claim_beats` or
+    :func:`claim_within_noise`) states the outcome chosen, with its numbers, so a sentence
+    built from the words says what the data say. With one seed: ``"is not separable from"``.
+    """
+    if len(_pair(a, b)) == 1:
+        claim(_with(f"{a_label} against {b_label}", ONE_SEED), False)
+        return "is not separable from"
+    diff = paired_difference(a, b)
+    if diff.mean > 2 * diff.se:
+        claim_beats(f"{a_label} beats {b_label}", a, b, unit=unit, digits=digits)
+        return "beats"
+    if -diff.mean > 2 * diff.se:
+        claim_beats(f"{b_label} beats {a_label}", b, a, unit=unit, digits=digits)
+        return "trails"
+    claim_within_noise(
+        f"{a_label} and {b_label} are within the noise", a, b, unit=unit, digits=digits
+    )
+    return "is within the noise of"
 
 
 def claim_above(

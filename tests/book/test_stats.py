@@ -83,6 +83,17 @@ def test_within_noise_is_the_opposite_test(capsys):
         stats.claim_within_noise("no difference", CLEAR_A, CLEAR_B)
 
 
+def test_order_names_the_outcome_and_checks_it(capsys):
+    # CLEAR: mean +2 > 2 SE = 1.15 either way round; NOISY: |1/3| <= 2 SE = 1.33.
+    assert stats.claim_order("A", CLEAR_A, "B", CLEAR_B) == "beats"
+    assert stats.claim_order("B", CLEAR_B, "A", CLEAR_A) == "trails"
+    assert stats.claim_order("A", NOISY_A, "B", NOISY_B) == "is within the noise of"
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("Checked: A beats B [+2.00 ± 0.58")
+    assert out[1].startswith("Checked: A beats B [+2.00 ± 0.58")  # the winner first
+    assert out[2].startswith("Checked: A and B are within the noise [+0.33 ± 0.67")
+
+
 def test_one_seed_cannot_separate_a_difference_from_noise(monkeypatch, capsys):
     for check in (stats.claim_beats, stats.claim_within_noise):
         with pytest.raises(settings.ClaimError, match="n=1: cannot separate"):
