@@ -17,6 +17,7 @@ book -> top level and CLI -> training -> data, models.
     ``models.vitbn``        the ViT with BatchNorm
     ``models.tinyvgg``      TinyVGG, the first model
     ``models.pretrained``   torchvision's pretrained ViT-B/16 as a feature extractor
+    ``models.fashion_source`` chapter 7's backbone, shipped as data; its SHA-256 checked
     ``models.convert``      weights saved under other names: key maps and their loaders
     ``models.registry``     the name -> factory table
     ``models.checks``       checks of the hyper-parameters, naming a bad one
@@ -55,6 +56,7 @@ book -> top level and CLI -> training -> data, models.
     ``training.experiments``  small experiments over subsets and seeds, mean and spread
     ``training.timing``       images per second, training or inference
     ``training.speed``        the fastest training step measured; steps for a time budget
+    ``training.source_backbone`` pre-training chapter 7's backbone on some classes
     ``training.plots``        loss and accuracy curves, runs compared
 ``book``: what runs the chapters (the only part that reads ``BOOK_*`` variables)
     ``book.settings``         quick/cpu/gpu/full, offline, dry run, ``claim``
