@@ -64,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         seed=args.seed,
         device="cpu",
         checkpoint_dir=args.checkpoint_dir,
+        options=PRETRAIN_OPTIONS,  # the shipped backbone's recorded step
     )
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -1,10 +1,12 @@
 """Chapter 7's shipped backbone: the file loads, its hash matches its record, and it
-classifies real source-class test images at about its recorded accuracy."""
+classifies real source-class test images at about its recorded accuracy; the
+pre-training function takes step options or measures the fastest."""
 
 from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -21,6 +23,8 @@ from going_modular.models.fashion_source import (
     load_fashion_source_backbone,
     source_backbone_record,
 )
+from going_modular.training import source_backbone
+from going_modular.training.speed import StepOptions
 
 
 def test_shipped_file_matches_its_record():
@@ -60,3 +64,57 @@ def test_backbone_classifies_source_images_at_its_recorded_accuracy():
         accuracy = (model(x).argmax(1) == y).float().mean().item()
     # 600 images: the binomial standard error is below 1.5 points; allow about 3 of them
     assert abs(accuracy - record["test_acc"]) < 0.045
+
+
+def _tiny_fashion(monkeypatch):
+    """40 random 28 x 28 images of 4 classes in place of Fashion-MNIST."""
+    generator = torch.Generator().manual_seed(0)
+    fake = SimpleNamespace(
+        data=torch.randint(
+            0, 256, (40, 28, 28), dtype=torch.uint8, generator=generator
+        ),
+        targets=torch.arange(40) % 4,
+    )
+    monkeypatch.setattr(source_backbone, "get_fashion_mnist", lambda train: fake)
+
+
+def _pretrain(**kwargs):
+    return source_backbone.pretrain_source_backbone(
+        [0, 1, 2],
+        1,
+        batch_size=8,
+        max_steps_per_epoch=2,
+        device="cpu",
+        progress=False,
+        **kwargs,
+    )
+
+
+def test_pretraining_uses_the_options_it_is_given(monkeypatch):
+    _tiny_fashion(monkeypatch)
+
+    def no_measuring(*args, **kwargs):
+        raise AssertionError("options were given: nothing to measure")
+
+    monkeypatch.setattr(source_backbone, "fastest_step", no_measuring)
+    _, results = _pretrain(options=StepOptions(amp=True, math_attention=True))
+    assert len(results["test_acc"]) == 1
+
+
+def test_pretraining_measures_the_fastest_step_without_moving_the_random_stream(
+    monkeypatch,
+):
+    _tiny_fashion(monkeypatch)
+    measured = []
+
+    def fastest(model, images, labels):
+        measured.append(images.shape)
+        torch.rand(100)  # measuring draws random numbers, as training steps do
+        return StepOptions(), {}
+
+    monkeypatch.setattr(source_backbone, "fastest_step", fastest)
+    chosen, _ = _pretrain()
+    assert measured == [(8, 1, 28, 28)]  # the first training batch
+    given, _ = _pretrain(options=StepOptions())
+    for a, b in zip(chosen.state_dict().values(), given.state_dict().values()):
+        assert torch.equal(a, b)

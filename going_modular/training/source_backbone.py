@@ -4,8 +4,9 @@ The images stay in memory as uint8 and are served by a
 :class:`~going_modular.data.gpu_augment.DeviceLoader` (random 2-pixel shifts and left-right
 flips, then the training set's normalisation, the same as
 :func:`~going_modular.data.datasets.fashion_mnist_tensors`); training uses chapter 6's recipe
-(AdamW, warmup and cosine, label smoothing, clipping) with bfloat16 autocast and the math
-attention kernel, the fastest step for this model on a CPU (:mod:`~going_modular.training.speed`).
+(AdamW, warmup and cosine, label smoothing, clipping) with the step options given, by default
+the fastest measured on the first batch (:func:`~going_modular.training.speed.fastest_step`).
+The shipped backbone was trained with :data:`PRETRAIN_OPTIONS`.
 """
 
 from __future__ import annotations
@@ -28,11 +29,11 @@ from going_modular.models.fashion_source import source_vit
 from going_modular.training.loop import fit
 from going_modular.training.recipe import Recipe
 from going_modular.training.seeding import set_seeds
-from going_modular.training.speed import StepOptions
+from going_modular.training.speed import StepOptions, fastest_step
 
 __all__ = ["PRETRAIN_OPTIONS", "pretrain_source_backbone", "source_loaders"]
 
-#: bfloat16 autocast and the math attention kernel: the fastest step here (see the module).
+#: bfloat16 autocast and the math attention kernel: the shipped backbone's step, recorded.
 PRETRAIN_OPTIONS = StepOptions(amp=True, math_attention=True)
 
 
@@ -73,12 +74,21 @@ def pretrain_source_backbone(
     device: torch.device | str | None = None,
     checkpoint_dir: str | Path | None = None,
     progress: bool = True,
+    options: StepOptions | None = None,
 ) -> tuple[nn.Module, dict[str, list[float]]]:
     """The small ViT trained on ``classes`` for ``epochs`` (resuming from ``checkpoint_dir``
-    when it holds a checkpoint), and its per-epoch history."""
+    when it holds a checkpoint), and its per-epoch history.
+
+    ``options`` (autocast, attention kernel) default to the fastest for this model,
+    measured by :func:`fastest_step` on the first training batch without moving the
+    random stream that training draws from.
+    """
     set_seeds(seed)
     model = source_vit(len(classes))
     train, test = source_loaders(classes, batch_size)
+    if options is None:
+        with torch.random.fork_rng():
+            options, _ = fastest_step(model, *next(iter(train)))
     steps = epochs * min(len(train), max_steps_per_epoch or len(train))
     recipe = Recipe(
         lr=lr,
@@ -89,9 +99,9 @@ def pretrain_source_backbone(
         max_grad_norm=1.0,
         epochs=epochs,
         max_steps_per_epoch=max_steps_per_epoch,
-        amp=PRETRAIN_OPTIONS.amp,
+        amp=options.amp,
     )
-    with PRETRAIN_OPTIONS.attention():
+    with options.attention():
         results = fit(
             model,
             train,
