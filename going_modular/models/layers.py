@@ -19,7 +19,9 @@ ViTBN family           :class:`Block` with ``head_dim=64`` (wider than ``dim / h
 =====================  =====================================================================
 
 Attention maps come from :func:`record_attention`, a context manager that makes every
-:class:`Attention` inside a model also compute its softmax explicitly and keep it.
+:class:`Attention` inside a model also compute its softmax explicitly and keep it;
+:func:`explicit_attention` computes it the same way without keeping it (a faster step for some
+models and processors, measured by ``training.speed.fastest_step``).
 :func:`conv_output_size` and :func:`sinusoidal_embedding` are the small helpers the models
 share. Weights saved under other names load with ``going_modular.models.convert``.
 """
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any, TypeVar
 
 import torch
@@ -45,6 +48,7 @@ __all__ = [
     "Norm",
     "collect_attention",
     "conv_output_size",
+    "explicit_attention",
     "record_attention",
     "sinusoidal_embedding",
 ]
@@ -54,6 +58,8 @@ Norm = Callable[[int], nn.Module]
 ``functools.partial(nn.LayerNorm, eps=1e-6)``, ``TokenBatchNorm``."""
 
 IntOrTensor = TypeVar("IntOrTensor", int, torch.Tensor)
+
+_EXPLICIT = ContextVar("explicit_attention", default=False)
 
 
 class Attention(nn.Module):
@@ -65,7 +71,8 @@ class Attention(nn.Module):
     ``drop_rate`` the output of ``proj``. ``attn_mask`` (boolean, broadcastable to
     (B, heads, N, N), True where a query may attend to a key, e.g. a (B, 1, 1, N) key-padding
     mask) is that of ``F.scaled_dot_product_attention``, which computes the attention. Inside
-    :func:`record_attention` the softmax is computed explicitly instead, and kept.
+    :func:`record_attention` or :func:`explicit_attention` the softmax is computed explicitly
+    instead (and kept by the first).
     """
 
     def __init__(
@@ -105,17 +112,18 @@ class Attention(nn.Module):
         qkv = self.qkv(x).reshape(batch, tokens, 3, self.heads, self.head_dim)
         q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)
         dropout_p = self.attn_drop_rate if self.training else 0.0
-        if self.recorded is None:
+        if self.recorded is None and not _EXPLICIT.get():
             out = F.scaled_dot_product_attention(
                 q, k, v, attn_mask=attn_mask, dropout_p=dropout_p
             )
-        else:  # the same softmax(q k^T / sqrt(head_dim)) v, with the weights kept
+        else:  # the same softmax(q k^T / sqrt(head_dim)) v, step by step
             # (B, heads, N, head_dim) @ (B, heads, head_dim, N) -> (B, heads, N, N)
             scores = q @ k.transpose(-2, -1) * self.head_dim**-0.5
             if attn_mask is not None:
                 scores = scores.masked_fill(~attn_mask, float("-inf"))
             weights = scores.softmax(dim=-1)
-            self.recorded.append(weights)
+            if self.recorded is not None:
+                self.recorded.append(weights)
             out = F.dropout(weights, dropout_p, training=self.training) @ v
         # (B, heads, N, head_dim) -> (B, N, heads * head_dim): the heads concatenated
         out = out.transpose(1, 2).reshape(batch, tokens, -1)
@@ -264,6 +272,23 @@ def sinusoidal_embedding(
 
 
 # Attention maps ---------------------------------------------------------------------------------
+
+
+@contextmanager
+def explicit_attention() -> Iterator[None]:
+    """Within the ``with``, every :class:`Attention` computes softmax(q k^T / sqrt(d)) v as
+    two matmuls and a softmax, not with ``F.scaled_dot_product_attention``.
+
+    The result is the same up to float rounding. Under autocast the matmuls then run in its
+    low precision (SDPA's math kernel works in float32 on a CPU); for the short sequences of
+    small heads of the compact models that is the faster step on some CPUs
+    (``training.speed.fastest_step`` measures it).
+    """
+    token = _EXPLICIT.set(True)
+    try:
+        yield
+    finally:
+        _EXPLICIT.reset(token)
 
 
 @contextmanager

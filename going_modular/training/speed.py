@@ -13,7 +13,8 @@ or, the same planned for a budget that counts everything (measuring, training, t
         fit(model, train, test, plan.recipe)
 
 Whether bfloat16 autocast helps, and whether ``F.scaled_dot_product_attention`` is faster with
-its fused CPU kernel or with its plain "math" one, depends on the model and the processor:
+its fused CPU kernel, with its plain "math" one (which computes in float32) or not used at all
+(the model's own matmuls, in bfloat16 under autocast), depends on the model and the processor:
 with 49 tokens of 16-dimensional heads the fused kernel can be several times slower in
 bfloat16 than the math kernel (benchmarks/README.md). So nothing is assumed:
 :func:`fastest_step` times each option on the model and batch at hand, side by side.
@@ -32,6 +33,7 @@ import torch
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from going_modular.models.layers import explicit_attention
 from going_modular.training.recipe import Recipe
 from going_modular.training.timing import images_per_second
 
@@ -47,25 +49,40 @@ __all__ = [
 
 @dataclass(frozen=True)
 class StepOptions:
-    """How a training step runs: ``amp`` (bfloat16 autocast on a CPU, float16 on CUDA) and
-    ``math_attention`` (SDPA's math kernel instead of the fused one it would pick)."""
+    """How a training step runs: ``amp`` (bfloat16 autocast on a CPU, float16 on CUDA), and
+    the attention computed by SDPA's math kernel instead of the fused one it would pick
+    (``math_attention``) or as the model's own matmuls and softmax (``explicit_attention``,
+    :func:`going_modular.models.layers.explicit_attention`)."""
 
     amp: bool = False
     math_attention: bool = False
+    explicit_attention: bool = False
+
+    def __post_init__(self) -> None:
+        if self.math_attention and self.explicit_attention:
+            raise ValueError(
+                "Pick one way to compute attention: math_attention (SDPA's math kernel) "
+                "or explicit_attention (the model's own matmuls), not both."
+            )
 
     @contextlib.contextmanager
     def attention(self) -> Iterator[None]:
-        """The attention kernel for the ``with`` block (the default one unless
-        ``math_attention``); wrap the training call in it."""
-        if not self.math_attention:
-            yield
-            return
-        with sdpa_kernel(SDPBackend.MATH):
+        """The attention kernel for the ``with`` block (SDPA's default one unless
+        ``math_attention`` or ``explicit_attention``); wrap the training call in it."""
+        if self.explicit_attention:
+            with explicit_attention():
+                yield
+        elif self.math_attention:
+            with sdpa_kernel(SDPBackend.MATH):
+                yield
+        else:
             yield
 
     def __str__(self) -> str:
         precision = "bf16 autocast" if self.amp else "fp32"
-        return precision + (", math attention" if self.math_attention else "")
+        if self.math_attention:
+            return precision + ", math attention"
+        return precision + (", explicit attention" if self.explicit_attention else "")
 
 
 CANDIDATES = (
@@ -73,6 +90,7 @@ CANDIDATES = (
     StepOptions(math_attention=True),
     StepOptions(amp=True),
     StepOptions(amp=True, math_attention=True),
+    StepOptions(amp=True, explicit_attention=True),
 )
 
 

@@ -46,6 +46,29 @@ def test_both_attention_kernels_give_the_same_logits():
     torch.testing.assert_close(model(x), math, rtol=1e-5, atol=1e-5)
 
 
+def test_explicit_attention_skips_sdpa_inside_the_block_with_the_same_logits(
+    monkeypatch,
+):
+    torch.manual_seed(0)
+    model = build_model("cct_2_3x2", num_classes=10, img_size=28, in_channels=1).eval()
+    x = torch.randn(4, 1, 28, 28)
+    fused = model(x)
+    options = StepOptions(amp=True, explicit_attention=True)
+    assert str(options) == "bf16 autocast, explicit attention"
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("SDPA called inside explicit_attention")
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", refuse)
+    with StepOptions(explicit_attention=True).attention():
+        explicit = model(x)
+    torch.testing.assert_close(explicit, fused, rtol=1e-5, atol=1e-5)
+    with pytest.raises(AssertionError, match="SDPA called"):
+        model(x)  # outside the block: SDPA again
+    with pytest.raises(ValueError, match="Pick one way"):
+        StepOptions(math_attention=True, explicit_attention=True)
+
+
 def test_fastest_step_times_every_candidate_and_leaves_the_model_alone():
     torch.manual_seed(0)
     model = build_model("cct_2_3x2", num_classes=10, img_size=28, in_channels=1)
