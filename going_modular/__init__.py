@@ -56,6 +56,7 @@ book -> top level and CLI -> training -> data, models.
     ``training.experiments``  small experiments over subsets and seeds, mean and spread
     ``training.timing``       images per second, training or inference
     ``training.speed``        the fastest training step measured; steps for a time budget
+    ``training.clock``        runs against the clock, several side by side in processes
     ``training.source_backbone`` pre-training chapter 7's backbone on some classes
     ``training.plots``        loss and accuracy curves, runs compared
 ``book``: what runs the chapters (the only part that reads ``BOOK_*`` variables)

@@ -86,6 +86,7 @@ LAYERS = [
             "training.experiments",
             "training.timing",
             "training.speed",
+            "training.clock",
             "training.source_backbone",
             "training.plots",
         ],
