@@ -26,7 +26,7 @@ from tqdm import tqdm
 
 from going_modular.models.registry import build_model
 from going_modular.training.loop import fit
-from going_modular.training.recipe import Recipe
+from going_modular.training.recipe import Recipe, learning_rates
 from going_modular.training.seeding import set_seeds
 from going_modular.training.speed import (
     CANDIDATES,
@@ -61,8 +61,9 @@ def train_for_budget(
 
     Returns the trained model and :func:`~going_modular.engine.fit`'s results, with ``wall``
     (seconds in all), ``stamps`` (seconds since the build at each test), ``planned`` (steps),
-    ``options`` (the step's options, as text) and ``amp`` (whether it ran under autocast)
-    added.
+    ``options`` (the step's options, as text), ``amp`` (whether it ran under autocast) and
+    ``last_lr`` (the learning rate of the last step trained: near zero once the schedule ran
+    to its end) added.
     """
     set_seeds(seed)
     start = time.perf_counter()
@@ -95,8 +96,11 @@ def train_for_budget(
             progress=False,
             callbacks=[stamp],
         )
+    wall = time.perf_counter() - start
+    schedule = learning_rates(plan.recipe, plan.recipe.steps)  # the planned one
     results.update(
-        wall=time.perf_counter() - start,
+        wall=wall,
+        last_lr=schedule[sum(results["steps"]) - 1],
         stamps=stamps,
         planned=plan.recipe.steps,
         options=str(plan.options),

@@ -11,7 +11,7 @@ from going_modular.data.gpu_augment import BatchAugment, DeviceLoader
 from going_modular.data.gpu_augment.crops import random_hflip
 from going_modular.models import build_model
 from going_modular.training.clock import side_by_side, train_for_budget
-from going_modular.training.recipe import Recipe
+from going_modular.training.recipe import Recipe, learning_rates
 from going_modular.training.speed import StepOptions
 from going_modular.utils import set_seeds
 
@@ -50,6 +50,15 @@ def test_train_for_budget_tests_as_planned_and_trains_the_seeded_model():
     assert results["stamps"][-1] <= results["wall"]
     assert 0 < sum(results["steps"]) <= results["planned"]
     assert results["options"] == "fp32"
+    planned = learning_rates(
+        Recipe(
+            lr=1e-3,
+            schedule="warmup_cosine",
+            warmup_steps=round(0.05 * results["planned"]),
+        ),
+        results["planned"],
+    )
+    assert results["last_lr"] == planned[sum(results["steps"]) - 1]
     set_seeds(3)
     start = build_model("tinyvgg", **TINY)  # the weights the run started from
     assert type(model) is type(start)
