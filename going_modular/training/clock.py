@@ -22,6 +22,7 @@ from typing import Any
 import torch
 import torch.multiprocessing as mp
 from torch import nn
+from torch.utils.data import DataLoader
 from tqdm import tqdm
 
 from going_modular.models.registry import build_model
@@ -43,7 +44,7 @@ def train_for_budget(
     seconds: float,
     recipe: Recipe,
     train_loader: Iterable,
-    test_loader: Sequence | Any,
+    test_loader: DataLoader,
     *,
     seed: int = 0,
     model_kwargs: dict[str, Any] | None = None,
@@ -67,8 +68,7 @@ def train_for_budget(
     """
     set_seeds(seed)
     start = time.perf_counter()
-    model = build_model(model_name, **(model_kwargs or {}))
-    model = prefer_channels_last(model)
+    model = prefer_channels_last(build_model(model_name, **(model_kwargs or {})))
     plan = plan_for_budget(
         model,
         train_loader,
