@@ -97,8 +97,10 @@ def test_pretraining_uses_the_options_it_is_given(monkeypatch):
         raise AssertionError("options were given: nothing to measure")
 
     monkeypatch.setattr(source_backbone, "fastest_step", no_measuring)
-    _, results = _pretrain(options=StepOptions(amp=True, math_attention=True))
+    options = StepOptions(amp=True, math_attention=True)
+    _, results = _pretrain(options=options)
     assert len(results["test_acc"]) == 1
+    assert results["options"] == str(options)  # what the script records
 
 
 def test_pretraining_measures_the_fastest_step_without_moving_the_random_stream(
@@ -113,8 +115,9 @@ def test_pretraining_measures_the_fastest_step_without_moving_the_random_stream(
         return StepOptions(), {}
 
     monkeypatch.setattr(source_backbone, "fastest_step", fastest)
-    chosen, _ = _pretrain()
+    chosen, results = _pretrain()
     assert measured == [(8, 1, 28, 28)]  # the first training batch
+    assert results["options"] == str(StepOptions())
     given, _ = _pretrain(options=StepOptions())
     for a, b in zip(chosen.state_dict().values(), given.state_dict().values()):
         assert torch.equal(a, b)

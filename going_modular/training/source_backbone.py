@@ -6,7 +6,7 @@ flips, then the training set's normalisation, the same as
 :func:`~going_modular.data.datasets.fashion_mnist_tensors`); training uses chapter 6's recipe
 (AdamW, warmup and cosine, label smoothing, clipping) with the step options given, by default
 the fastest measured on the first batch (:func:`~going_modular.training.speed.fastest_step`).
-The shipped backbone was trained with :data:`PRETRAIN_OPTIONS`.
+The shipped backbone's record names the step that made it.
 """
 
 from __future__ import annotations
@@ -31,10 +31,7 @@ from going_modular.training.recipe import Recipe
 from going_modular.training.seeding import set_seeds
 from going_modular.training.speed import StepOptions, fastest_step
 
-__all__ = ["PRETRAIN_OPTIONS", "pretrain_source_backbone", "source_loaders"]
-
-#: bfloat16 autocast and the math attention kernel: the shipped backbone's step, recorded.
-PRETRAIN_OPTIONS = StepOptions(amp=True, math_attention=True)
+__all__ = ["pretrain_source_backbone", "source_loaders"]
 
 
 def _select(train: bool, classes: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -77,7 +74,8 @@ def pretrain_source_backbone(
     options: StepOptions | None = None,
 ) -> tuple[nn.Module, dict[str, list[float]]]:
     """The small ViT trained on ``classes`` for ``epochs`` (resuming from ``checkpoint_dir``
-    when it holds a checkpoint), and its per-epoch history.
+    when it holds a checkpoint), and its per-epoch history with ``options``, the step's
+    options as text.
 
     ``options`` (autocast, attention kernel) default to the fastest for this model,
     measured by :func:`fastest_step` on the first training batch without moving the
@@ -111,4 +109,4 @@ def pretrain_source_backbone(
             checkpoint_dir=checkpoint_dir,
             progress=progress,
         )
-    return model.eval(), results
+    return model.eval(), {**results, "options": str(options)}
