@@ -160,7 +160,11 @@ def test_two_processes_train_as_one_with_the_global_batch(one_and_two):
     one, two = (_results(_run_dirs(one_and_two[n]["out"])[0]) for n in (1, 2))
     for key in ("train_loss", "test_loss"):
         assert len(two[key]) == EPOCHS
-        assert two[key] == pytest.approx(one[key], abs=1e-5, rel=0)
+        # Averaging 2 gradients of 4 images rounds differently from 1 gradient of 8,
+        # and Adam's updates carry the rounding on: the first epoch agrees to 1e-5, the
+        # last to about 1e-4 (AMD EPYC) or better (Intel Xeon).
+        assert two[key][0] == pytest.approx(one[key][0], abs=1e-5, rel=0)
+        assert two[key] == pytest.approx(one[key], abs=5e-4, rel=0)
     assert two["test_acc"] == one["test_acc"]
     assert two["train_acc"] == one["train_acc"]
     # every test image counted once: 13 images, so the accuracy is a multiple of 1/13
