@@ -2,8 +2,10 @@
 
 import pytest
 import torch
+from torch import nn
 
 from going_modular.models import build_model
+from going_modular.training import speed
 from going_modular.training.recipe import Recipe
 from going_modular.training.speed import (
     CANDIDATES,
@@ -82,6 +84,26 @@ def test_fastest_step_times_every_candidate_and_leaves_the_model_alone():
         assert torch.equal(value, before[key]), key
     with pytest.raises(ValueError, match="at least one candidate"):
         fastest_step(model, images, labels, candidates=())
+
+
+def test_a_hopeless_candidate_is_timed_once_and_keeps_its_rate(monkeypatch):
+    timed = []
+
+    def fake_rate(model, images, labels, *, steps, amp):
+        timed.append(amp)
+        return 100.0 if amp else 1000.0  # bf16 emulated: 10x slower
+
+    monkeypatch.setattr(speed, "images_per_second", fake_rate)
+    model = nn.Linear(4, 2)
+    images, labels = torch.randn(8, 4), torch.randint(0, 2, (8,))
+    candidates = [StepOptions(), StepOptions(amp=True)]
+    best, rates = fastest_step(model, images, labels, candidates, repeats=3)
+    assert best == StepOptions()
+    assert rates == {StepOptions(): 1000.0, StepOptions(amp=True): 100.0}
+    assert timed == [False, True, False, False]  # bf16 dropped after the first round
+    timed.clear()
+    fastest_step(model, images, labels, candidates, repeats=3, hopeless=20)
+    assert timed == [False, True, True, False, False, True]  # every round, alternating
 
 
 def test_steps_for_budget_plans_whole_steps_in_the_seconds_left():
