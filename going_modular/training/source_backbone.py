@@ -72,7 +72,7 @@ def pretrain_source_backbone(
     checkpoint_dir: str | Path | None = None,
     progress: bool = True,
     options: StepOptions | None = None,
-) -> tuple[nn.Module, dict[str, list[float]]]:
+) -> tuple[nn.Module, dict[str, list[float] | str]]:
     """The small ViT trained on ``classes`` for ``epochs`` (resuming from ``checkpoint_dir``
     when it holds a checkpoint), and its per-epoch history with ``options``, the step's
     options as text.
