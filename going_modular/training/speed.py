@@ -118,6 +118,11 @@ def fastest_step(
     """
     if not candidates:
         raise ValueError("fastest_step needs at least one candidate.")
+    if not (steps >= 1 and repeats >= 1 and hopeless >= 1):
+        raise ValueError(
+            f"fastest_step needs steps >= 1, repeats >= 1 and hopeless >= 1 (a ratio to "
+            f"the fastest); got steps={steps}, repeats={repeats}, hopeless={hopeless}."
+        )
     trial = copy.deepcopy(model)
     rates = dict.fromkeys(candidates, 0.0)
     timed = list(candidates)

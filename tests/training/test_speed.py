@@ -84,6 +84,9 @@ def test_fastest_step_times_every_candidate_and_leaves_the_model_alone():
         assert torch.equal(value, before[key]), key
     with pytest.raises(ValueError, match="at least one candidate"):
         fastest_step(model, images, labels, candidates=())
+    for bad in (dict(steps=0), dict(repeats=0), dict(hopeless=0.5)):
+        with pytest.raises(ValueError, match="hopeless >= 1"):
+            fastest_step(model, images, labels, **bad)
 
 
 def test_a_hopeless_candidate_is_timed_once_and_keeps_its_rate(monkeypatch):
