@@ -160,7 +160,8 @@ def fast_run(name: str, seed: int, data: dict, tests: int, scale: float) -> list
         steps=steps,
     )
     print(
-        f"  {steps} steps of {spec['batch']} planned for {spec['budget']} s", flush=True
+        f"  {steps} steps of {spec['batch']} planned for {scale * spec['budget']:.0f} s",
+        flush=True,
     )
     return timed_fit(model, train, test, recipe, tests, options)
 
