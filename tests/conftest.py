@@ -103,11 +103,13 @@ def signal_at_training_step(monkeypatch):
     """``signal_at_training_step(signum, step)``: the CLI's model (``cli.parts.build_model``)
     sends ``signum`` to this process at its ``step``-th training forward pass, as a user's
     Ctrl-C or a scheduler's SIGTERM would, at most once. Ctrl-C raises KeyboardInterrupt
-    meanwhile, even where the shell started the tests with SIGINT ignored."""
+    meanwhile, and every stop signal is delivered, even where the tests were started with
+    SIGINT ignored (a shell's background job) or SIGHUP ignored (``nohup``)."""
     import os
     import signal
 
     from going_modular.cli import parts
+    from going_modular.training.runs import STOP_SIGNALS
 
     def arm(signum: int, step: int) -> None:
         build, calls = parts.build_model, []
@@ -125,6 +127,9 @@ def signal_at_training_step(monkeypatch):
 
         monkeypatch.setattr(parts, "build_model", build_model)
 
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    handlers = {signal.SIGINT: signal.default_int_handler}
+    handlers.update(dict.fromkeys(STOP_SIGNALS, signal.SIG_DFL))
+    previous = {signum: signal.signal(signum, h) for signum, h in handlers.items()}
     yield arm
-    signal.signal(signal.SIGINT, previous)
+    for signum, handler in previous.items():
+        signal.signal(signum, handler)
