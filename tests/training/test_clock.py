@@ -83,7 +83,9 @@ def test_side_by_side_starts_a_wave_when_the_last_one_has_ended():
     (a, b, c) = side_by_side(
         nap, [dict(seconds=1.0), dict(seconds=0.1), dict(seconds=0.1)], progress=False
     )
-    assert c[0] >= a[1] > b[1]  # the third job waited for the first wave's slower job
+    # The third job started after both of the first wave had ended, the 1-s nap included
+    # (which of the two ends last is not asserted: under load one process starts late).
+    assert c[0] >= max(a[1], b[1])
 
 
 def test_side_by_side_trains_budget_runs_and_returns_their_models():
