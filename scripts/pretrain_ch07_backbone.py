@@ -2,8 +2,8 @@
 
     OMP_NUM_THREADS=1 python scripts/pretrain_ch07_backbone.py --epochs 12 --threads 1
 
-trains the small ViT (:func:`going_modular.models.fashion_source.source_vit`) on the
-Fashion-MNIST classes outside ``--target`` (resuming from ``--checkpoint-dir`` after an
+trains the small hybrid ViT (:func:`going_modular.models.fashion_source.source_vit`) on
+the Fashion-MNIST classes outside ``--target`` (resuming from ``--checkpoint-dir`` after an
 interruption), then writes its float32 ``state_dict`` to
 ``going_modular/models/weights/ch07_fashion_source_vit.pt`` and a JSON record beside it: the
 command, the wall time of its epochs (summed over resumptions), the CPU and threads, the

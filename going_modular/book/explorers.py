@@ -33,7 +33,7 @@ from going_modular.models.cct import CompactTransformer
 from going_modular.models.cct_variants import CCT, CVT
 from going_modular.models.layers import collect_attention
 from going_modular.models.registry import build_model
-from going_modular.models.vit import ViT
+from going_modular.models.vit import HybridEmbedding, ViT
 
 __all__ = [
     "PAPER_PRESETS",
@@ -135,6 +135,10 @@ def model_config(model: nn.Module | str) -> dict[str, Any]:
         "classes": model.head.out_features,
     }
     if isinstance(model, ViT):
+        if isinstance(model.patch_embed, HybridEmbedding):
+            raise TypeError(
+                "No calculator for a hybrid ViT (a CNN stem under its patches)."
+            )
         proj = model.patch_embed.proj
         return {
             "kind": "vit",

@@ -1,4 +1,4 @@
-"""Chapter 7's backbone: a small ViT pre-trained on some Fashion-MNIST classes, shipped as data.
+"""Chapter 7's backbone, shipped as data: a hybrid ViT pre-trained on Fashion-MNIST.
 
 ``scripts/pretrain_ch07_backbone.py`` trains it
 (:func:`going_modular.training.source_backbone.pretrain_source_backbone`) and writes its
@@ -29,9 +29,16 @@ __all__ = [
     "source_vit",
 ]
 
-#: vit_tiny at 28 px: 4-pixel patches (49 tokens and a class token), D = 128, 4 heads, MLP 256.
+#: vit_tiny at 28 px as section 3.1's hybrid: a 64-channel convolutional stem, then 4-pixel
+#: patches (49 tokens and a class token), D = 128, 4 heads, MLP 256.
 SOURCE_VIT_CONFIG: dict[str, Any] = dict(
-    img_size=28, in_channels=1, patch_size=4, dim=128, mlp_ratio=2.0, heads=4
+    img_size=28,
+    in_channels=1,
+    patch_size=4,
+    dim=128,
+    mlp_ratio=2.0,
+    heads=4,
+    stem_channels=64,
 )
 WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
 WEIGHTS_FILE = WEIGHTS_DIR / "ch07_fashion_source_vit.pt"

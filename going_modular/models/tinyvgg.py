@@ -8,10 +8,11 @@ from torch import nn
 from going_modular.models.checks import check_sizes
 from going_modular.models.registry import register_model
 
-__all__ = ["TinyVGG", "tinyvgg"]
+__all__ = ["TinyVGG", "tinyvgg", "vgg_block"]
 
 
-def _conv_block(in_channels: int, out_channels: int) -> nn.Sequential:
+def vgg_block(in_channels: int, out_channels: int) -> nn.Sequential:
+    """Conv 3x3, ReLU, conv 3x3, ReLU, max-pool 2x2: (B, C, H, W) -> (B, out, H/2, W/2)."""
     return nn.Sequential(
         nn.Conv2d(in_channels, out_channels, kernel_size=3, padding=1),
         nn.ReLU(),
@@ -47,8 +48,8 @@ class TinyVGG(nn.Module):
                 f"TinyVGG needs images of at least 4x4 pixels, got {img_size}."
             )
         self.features = nn.Sequential(
-            _conv_block(in_channels, hidden_units),
-            _conv_block(hidden_units, hidden_units),
+            vgg_block(in_channels, hidden_units),
+            vgg_block(hidden_units, hidden_units),
         )
         self.head = nn.Sequential(
             nn.Flatten(), nn.Linear(hidden_units * (img_size // 4) ** 2, num_classes)

@@ -3,7 +3,8 @@
 Figure 1 and section 3.1 of the paper, piece by piece:
 
 * Eq. 1  ``z_0 = [x_class; x_p^1 E; ...; x_p^N E] + E_pos``  -> :class:`PatchEmbedding` (E),
-  ``ViT.cls_token`` (x_class) and ``ViT.pos_embed`` (E_pos)
+  ``ViT.cls_token`` (x_class) and ``ViT.pos_embed`` (E_pos); section 3.1's hybrid, E on the
+  patches of a CNN's feature map, is :class:`HybridEmbedding` (``stem_channels``)
 * Eq. 2  ``z'_l = MSA(LN(z_{l-1})) + z_{l-1}``                 -> line 1 of ``Block.forward``
 * Eq. 3  ``z_l = MLP(LN(z'_l)) + z'_l``                        -> line 2 of ``Block.forward``
 * Eq. 4  ``y = LN(z_L^0)``, then a linear head                 -> ``ViT.norm``, ``ViT.head``
@@ -33,8 +34,10 @@ from going_modular.models.checks import (
 )
 from going_modular.models.layers import Block, collect_attention
 from going_modular.models.registry import register_model
+from going_modular.models.tinyvgg import vgg_block
 
 __all__ = [
+    "HybridEmbedding",
     "PatchEmbedding",
     "ViT",
     "vit_b_16",
@@ -43,6 +46,29 @@ __all__ = [
     "vit_l_16",
     "vit_tiny",
 ]
+
+
+def _check_images(x: torch.Tensor, in_channels: int, patch_size: int) -> None:
+    """Check that ``x`` is a (B, in_channels, H, W) batch whose sides ``patch_size`` divides."""
+    if x.ndim != 4:
+        raise ValueError(
+            f"Expected a batch of images shaped (B, C, H, W), got shape {tuple(x.shape)}: "
+            "add a batch dimension with x.unsqueeze(0)."
+        )
+    _, channels, height, width = x.shape
+    if channels != in_channels:
+        raise ValueError(
+            f"Expected {in_channels} input channels, got {channels}: convert the images "
+            f"(e.g. PIL's .convert('RGB')) or build the model with in_channels={channels}."
+        )
+    p = patch_size
+    if height % p or width % p:
+        h, w = max(p, height // p * p), max(p, width // p * p)
+        example = str(h) if h == w else f"{h}x{w}"
+        raise ValueError(
+            f"Image size {height}x{width} is not divisible by patch size {p}: "
+            f"resize or crop to a multiple of {p} (e.g. {example})."
+        )
 
 
 class PatchEmbedding(nn.Module):
@@ -62,27 +88,54 @@ class PatchEmbedding(nn.Module):
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.ndim != 4:
-            raise ValueError(
-                f"Expected a batch of images shaped (B, C, H, W), got shape {tuple(x.shape)}: "
-                "add a batch dimension with x.unsqueeze(0)."
-            )
-        _, channels, height, width = x.shape
-        if channels != self.in_channels:
-            raise ValueError(
-                f"Expected {self.in_channels} input channels, got {channels}: convert the images "
-                f"(e.g. PIL's .convert('RGB')) or build the model with in_channels={channels}."
-            )
-        p = self.patch_size
-        if height % p or width % p:
-            h, w = max(p, height // p * p), max(p, width // p * p)
-            example = str(h) if h == w else f"{h}x{w}"
-            raise ValueError(
-                f"Image size {height}x{width} is not divisible by patch size {p}: "
-                f"resize or crop to a multiple of {p} (e.g. {example})."
-            )
+        _check_images(x, self.in_channels, self.patch_size)
         # (B, dim, H/p, W/p) -> (B, dim, N) -> (B, N, dim)
         return self.proj(x).flatten(2).transpose(1, 2)
+
+
+class HybridEmbedding(nn.Module):
+    """Section 3.1's hybrid input: (B, C, H, W) images -> a CNN's feature map -> (B, N, dim).
+
+    The CNN is TinyVGG's feature extractor (chapter 0): two blocks of two 3x3 convolutions
+    and a 2x2 max-pool, which shrink the image four times. E is a ``Conv2d`` with kernel and
+    stride ``patch_size // 4`` on that map, so each token stands for the same ``patch_size``
+    pixels square as :class:`PatchEmbedding`'s (N is unchanged), but is computed from the
+    ``patch_size + 12`` pixels square around it (16 for 4-pixel patches).
+    """
+
+    def __init__(
+        self,
+        in_channels: int = 3,
+        patch_size: int = 16,
+        dim: int = 768,
+        stem_channels: int = 64,
+    ):
+        super().__init__()
+        check_sizes(
+            in_channels=in_channels,
+            patch_size=patch_size,
+            dim=dim,
+            stem_channels=stem_channels,
+        )
+        if patch_size % 4:
+            raise ValueError(
+                f"A hybrid's patch size must be a multiple of 4 (its stem shrinks the "
+                f"image four times), got {patch_size}: use {patch_size // 4 * 4 + 4}."
+            )
+        self.in_channels = in_channels
+        self.patch_size = patch_size
+        self.stem = nn.Sequential(
+            vgg_block(in_channels, stem_channels),
+            vgg_block(stem_channels, stem_channels),
+        )
+        self.proj = nn.Conv2d(
+            stem_channels, dim, kernel_size=patch_size // 4, stride=patch_size // 4
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        _check_images(x, self.in_channels, self.patch_size)
+        # (B, C, H, W) -> (B, c, H/4, W/4) -> (B, dim, H/p, W/p) -> (B, N, dim)
+        return self.proj(self.stem(x)).flatten(2).transpose(1, 2)
 
 
 class ViT(nn.Module):
@@ -90,11 +143,15 @@ class ViT(nn.Module):
     pre-norm blocks, a LayerNorm on the class token and a linear head.
 
     ``drop_rate`` is the paper's dropout after every dense layer but the qkv projection,
-    ``pos_drop_rate`` its dropout on the embedded tokens (Appendix B.1). Initialisation, for
-    training from scratch: the class and position embeddings and every Linear weight, head
-    included (not zeros), ~ N(0, 0.02^2), as timm's ``trunc_normal_(std=.02)`` whose +-2 bounds
-    never bite; the patch projection ~ N(0, 1 / fan_in) (LeCun normal, as torchvision); biases
-    zero; LayerNorms weight one, bias zero.
+    ``pos_drop_rate`` its dropout on the embedded tokens (Appendix B.1). ``stem_channels``
+    makes it section 3.1's hybrid (:class:`HybridEmbedding`); ``None`` keeps the plain ViT on
+    patches of pixels.
+
+    Initialisation, for training from scratch: the class and position embeddings and every
+    Linear weight, head included (not zeros), ~ N(0, 0.02^2), as timm's
+    ``trunc_normal_(std=.02)`` whose +-2 bounds never bite; the patch projection
+    ~ N(0, 1 / fan_in) (LeCun normal, as torchvision), a hybrid's stem PyTorch's default;
+    biases zero; LayerNorms weight one, bias zero.
     """
 
     def __init__(
@@ -113,6 +170,7 @@ class ViT(nn.Module):
         attn_drop_rate: float = 0.0,
         pos_drop_rate: float = 0.1,
         layer_norm_eps: float = 1e-6,
+        stem_channels: int | None = None,
     ):
         super().__init__()
         check_patch_grid(
@@ -123,7 +181,11 @@ class ViT(nn.Module):
         self.img_size = img_size
         self.patch_size = patch_size
         self.num_patches = (img_size // patch_size) ** 2
-        self.patch_embed = PatchEmbedding(in_channels, patch_size, dim)
+        self.patch_embed = (
+            PatchEmbedding(in_channels, patch_size, dim)
+            if stem_channels is None
+            else HybridEmbedding(in_channels, patch_size, dim, stem_channels)
+        )
         self.cls_token = nn.Parameter(torch.empty(1, 1, dim))
         self.pos_embed = nn.Parameter(torch.empty(1, self.num_patches + 1, dim))
         self.pos_drop = nn.Dropout(pos_drop_rate)

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 import torchvision
 from torch import nn
 
+from going_modular.book.explorers import model_config
 from going_modular.models import build_model, list_models
 from going_modular.models.complexity import count_params
 from going_modular.models.convert import (
@@ -19,6 +20,7 @@ from going_modular.models.convert import (
 )
 from going_modular.models.layers import Block
 from going_modular.models.vit import (
+    HybridEmbedding,
     PatchEmbedding,
     ViT,
     vit_b_16,
@@ -385,3 +387,47 @@ def test_vit_tiny_trains() -> None:
         optimizer.step()
     after = eval_loss()
     assert after < 0.5 * before, (before, after)
+
+
+def test_hybrid_keeps_the_token_grid_and_sees_a_margin_around_each_patch() -> None:
+    """Section 3.1's hybrid: the same N tokens as the plain ViT, each computed from the
+    (p + 12) x (p + 12) pixels around its p x p patch and from nothing else."""
+    torch.manual_seed(0)
+    p = 4
+    hybrid = vit_tiny(
+        img_size=28, in_channels=1, patch_size=p, dim=32, heads=2, stem_channels=8
+    )
+    plain = vit_tiny(img_size=28, in_channels=1, patch_size=p, dim=32, heads=2)
+    assert isinstance(hybrid.patch_embed, HybridEmbedding)
+    x = torch.randn(2, 1, 28, 28)
+    assert (
+        hybrid.forward_features(x).shape
+        == plain.forward_features(x).shape
+        == (2, 50, 32)
+    )
+    tokens = hybrid.patch_embed(x)  # (2, 49, 32)
+    # token 3 * 7 + 2 covers rows 12..15 and columns 8..11; it sees rows 6..21, cols 2..17
+    row, col = 3, 2
+    seen = torch.zeros(28, 28, dtype=torch.bool)
+    seen[4 * row - 6 : 4 * row + 10, 4 * col - 6 : 4 * col + 10] = True
+    outside = torch.where(seen, x, torch.randn_like(x))
+    assert torch.equal(
+        hybrid.patch_embed(outside)[:, 7 * row + col], tokens[:, 7 * row + col]
+    )
+    edge = x.clone()
+    edge[..., 4 * row - 6, 4 * col - 6 : 4 * col + 10] += 3.0  # the window's top row
+    assert not torch.allclose(
+        hybrid.patch_embed(edge)[:, 7 * row + col], tokens[:, 7 * row + col]
+    )
+
+
+def test_hybrid_refuses_what_it_cannot_embed() -> None:
+    with pytest.raises(ValueError, match="multiple of 4.*got 6: use 8"):
+        HybridEmbedding(in_channels=1, patch_size=6, dim=32, stem_channels=8)
+    hybrid = vit_tiny(img_size=28, in_channels=1, patch_size=4, stem_channels=8)
+    with pytest.raises(ValueError, match="30x30 is not divisible by patch size 4"):
+        hybrid(torch.randn(1, 1, 30, 30))  # 30 -> 15 -> 7: the grid would fit silently
+    with pytest.raises(ValueError, match="Expected 1 input channels, got 3"):
+        hybrid(torch.randn(1, 3, 28, 28))
+    with pytest.raises(TypeError, match="hybrid"):
+        model_config(hybrid)
