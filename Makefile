@@ -40,7 +40,7 @@ book: $(STAMP)
 test: $(STAMP) data book
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(TEST_ENV) $(TEST_THREADS) $(PY) -m pytest tests book -n 2 --dist loadscope \
+	$(TEST_ENV) $(TEST_THREADS) $(PY) -m pytest tests book -n 2 --dist loadscope --durations=30 \
 		--nbval-lax --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg
 
 # Every chapter in the gpu setting on the CPU, every loop capped at a few steps, the network

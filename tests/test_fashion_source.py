@@ -121,3 +121,29 @@ def test_pretraining_measures_the_fastest_step_without_moving_the_random_stream(
     given, _ = _pretrain(options=StepOptions())
     for a, b in zip(chosen.state_dict().values(), given.state_dict().values()):
         assert torch.equal(a, b)
+
+
+def test_shift_flip_moves_a_garment_by_at_most_two_pixels_over_black():
+    """The pre-training's augmentation (chapter 7 trains its target models with it too):
+    a bright square lands within 2 pixels of where it was, or of its mirror image; the
+    border it uncovers is black, normalised; both flips and all 25 shifts occur."""
+    image = torch.zeros(1, 1, 28, 28, dtype=torch.uint8)
+    image[..., 5:9, 3:7] = 255  # rows 5-8, columns 3-6; mirrored: columns 21-24
+    torch.manual_seed(0)
+    out = source_backbone.shift_flip()(image.expand(2_000, -1, -1, -1).contiguous())
+    black = -FASHION_MNIST_MEAN / FASHION_MNIST_STD
+    bright = (1 - FASHION_MNIST_MEAN) / FASHION_MNIST_STD
+    assert out.dtype == torch.float32
+    torch.testing.assert_close(out.unique(), torch.tensor([black, bright]))
+    bright_at = (out[:, 0] > 0).nonzero()  # (image, row, column) of each bright pixel
+    assert len(bright_at) == 2_000 * 16  # the square never leaves the frame
+    top = bright_at[:, 1].view(2_000, 16).min(1).values
+    left = bright_at[:, 2].view(2_000, 16).min(1).values
+    assert set((top - 5).tolist()) == set(range(-2, 3))
+    kept, mirrored = left - 3, left - 21
+    assert ((kept.abs() <= 2) | (mirrored.abs() <= 2)).all()
+    assert 800 < (mirrored.abs() <= 2).sum() < 1_200  # about half are flipped
+    shifts = set(
+        zip((top - 5).tolist(), torch.where(kept.abs() <= 2, kept, mirrored).tolist())
+    )
+    assert len(shifts) == 25

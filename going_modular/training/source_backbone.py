@@ -31,7 +31,9 @@ from going_modular.training.recipe import Recipe
 from going_modular.training.seeding import set_seeds
 from going_modular.training.speed import StepOptions, fastest_step
 
-__all__ = ["pretrain_source_backbone", "source_loaders"]
+__all__ = ["pretrain_source_backbone", "shift_flip", "source_loaders"]
+
+_NORM = dict(mean=(FASHION_MNIST_MEAN,), std=(FASHION_MNIST_STD,))
 
 
 def _select(train: bool, classes: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -44,18 +46,20 @@ def _select(train: bool, classes: Sequence[int]) -> tuple[torch.Tensor, torch.Te
     return dataset.data[keep].unsqueeze(1).contiguous(), labels[keep]
 
 
+def shift_flip() -> BatchAugment:
+    """The pre-training's augmentation: uint8 batches shifted by up to 2 pixels and flipped
+    left-right at random, then normalised as :func:`fashion_mnist_tensors` normalises."""
+    return BatchAugment([partial(random_pad_crop, padding=2, hflip=0.5)], **_NORM)
+
+
 def source_loaders(
     classes: Sequence[int], batch_size: int = 128
 ) -> tuple[DeviceLoader, DeviceLoader]:
     """Training (shifted, flipped) and test loaders over the Fashion-MNIST images of
     ``classes``, normalised as :func:`fashion_mnist_tensors` normalises."""
-    norm = dict(mean=(FASHION_MNIST_MEAN,), std=(FASHION_MNIST_STD,))
-    shift_flip = partial(random_pad_crop, padding=2, hflip=0.5)
-    train = DeviceLoader(
-        *_select(True, classes), batch_size, BatchAugment([shift_flip], **norm)
-    )
+    train = DeviceLoader(*_select(True, classes), batch_size, shift_flip())
     test = DeviceLoader(
-        *_select(False, classes), 1000, BatchAugment(**norm), shuffle=False
+        *_select(False, classes), 1000, BatchAugment(**_NORM), shuffle=False
     )
     return train, test
 
