@@ -44,7 +44,9 @@ def tiny_job(seed: int, seconds: float = 3.0) -> dict:
 
 
 def test_train_for_budget_tests_as_planned_and_trains_the_seeded_model():
-    model, results = train_for_budget(**tiny_job(seed=3))
+    # Half the budget planned (margin 0.5): beside the other test worker on 2 cores the
+    # steps ran slower than measured, and a plan of 90% lost its second test to it in CI.
+    model, results = train_for_budget(**tiny_job(seed=3), margin=0.5)
     assert len(results["stamps"]) == len(results["test_acc"]) == 2
     assert results["stamps"] == sorted(results["stamps"])
     assert results["stamps"][-1] <= results["wall"]
