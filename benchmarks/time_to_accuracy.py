@@ -53,9 +53,10 @@ from going_modular.training.speed import StepOptions, fastest_step, steps_for_bu
 from going_modular.utils import prefer_channels_last, set_seeds
 
 # The fast path's runs: model, its keywords, batch, learning rate, AdamW's betas, length
-# (steps, or a budget in seconds to plan them for), target. CCT's beta2 = 0.95 (GPT-3's, Brown et al. 2020, appendix B) lets the second-moment
-# estimate follow a short run's fast-changing gradients: +0.4 and +0.5 points at 3,300
-# steps of 64 over 0.999 (seeds 0 and 1, benchmarks/README.md).
+# (steps, or a budget in seconds to plan them for), target. CCT's beta2 = 0.95 (GPT-3's,
+# Brown et al. 2020, appendix B) lets the second-moment estimate follow a short run's
+# fast-changing gradients: +0.4 and +0.5 points at 3,300 steps of 64 over 0.999 (seeds 0
+# and 1, benchmarks/README.md).
 FAST = {
     "cct": dict(
         model="cct_2_3x2",
