@@ -30,7 +30,7 @@ install: $(STAMP)
 # fetched with `apt-get download`, no root) or torchvision's download; when none works it
 # stops with one line saying what to run.
 data: $(STAMP)
-	$(PY) -m going_modular.data.datasets --prepare fashion-mnist $(if $(BOOK_DATA_DIR),--data-dir "$(BOOK_DATA_DIR)") $(if $(BOOK_DEBIAN_FASHION_MNIST),--debian-dir "$(BOOK_DEBIAN_FASHION_MNIST)") $(if $(filter 1 true yes on,$(BOOK_OFFLINE)),--offline)
+	$(PY) -m vitbook.data.datasets --prepare fashion-mnist $(if $(BOOK_DATA_DIR),--data-dir "$(BOOK_DATA_DIR)") $(if $(BOOK_DEBIAN_FASHION_MNIST),--debian-dir "$(BOOK_DEBIAN_FASHION_MNIST)") $(if $(filter 1 true yes on,$(BOOK_OFFLINE)),--offline)
 
 book: $(STAMP)
 	$(VENV)/bin/jupyter-book build . --warningiserror --keep-going

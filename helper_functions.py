@@ -11,11 +11,11 @@ import everything else from its module in ``going_modular``, so a reader learns 
   raises ``DownloadError`` saying so).
 """
 
-from going_modular.data.download import download_data
 from going_modular.data_setup import walk_through_dir
 from going_modular.predictions import pred_and_plot_image
-from going_modular.training.plots import plot_loss_curves
-from going_modular.training.seeding import set_seeds
+from going_modular.utils import set_seeds
+from vitbook.data.download import download_data
+from vitbook.training.plots import plot_loss_curves
 
 __all__ = [
     "download_data",

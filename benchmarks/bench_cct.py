@@ -29,8 +29,8 @@ from torch import nn
 
 from going_modular.models import build_model
 from going_modular.models.cct import CompactTransformer
-from going_modular.models.complexity import count_params
-from going_modular.training.timing import images_per_second
+from vitbook.models.complexity import count_params
+from vitbook.training.timing import images_per_second
 
 
 def timm_twin(model: CompactTransformer) -> CompactTransformer:

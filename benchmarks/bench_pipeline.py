@@ -7,9 +7,9 @@ Sections (all by default, or pick with ``--sections``):
   2 loader workers, against the images/s of a training step of CCT-2/3x2 and CCT-7/3x1;
   prints pipeline / model (below 1: the model waits for data).
 * ``batched``: one core each, the per-image PIL pipeline against the batched path of
-  :mod:`going_modular.data.gpu_augment` (uint8 tensors, augmented a chunk at a time) on the same
+  :mod:`vitbook.data.gpu_augment` (uint8 tensors, augmented a chunk at a time) on the same
   images; prints batched / per-image.
-* ``engine``: ``engine.train_one_epoch`` (the loop ``engine.fit`` runs each epoch) against a
+* ``engine``: ``engine.train_step`` (the loop ``engine.fit`` runs each epoch) against a
   bare training loop on the same batches.
 * ``options``: the training-step options of a GPU run, on this CPU: fused AdamW,
   channels_last weights, and ``torch.compile`` (with ``--compile``; it takes minutes).
@@ -42,11 +42,12 @@ from torch.utils.data import DataLoader, Dataset
 from torchvision import transforms
 
 from going_modular import engine
-from going_modular.data import augment, gpu_augment
-from going_modular.data.datasets import get_fashion_mnist
+from going_modular.data import augment
 from going_modular.models import build_model
-from going_modular.training import cct_recipes
-from going_modular.training.timing import images_per_second
+from vitbook.data import gpu_augment
+from vitbook.data.datasets import get_fashion_mnist
+from vitbook.training import cct_recipes
+from vitbook.training.timing import images_per_second
 
 RECIPES = ("none", "cct", "cct200")
 MODELS = ("cct_2_3x2", "cct_7_3x1")
@@ -74,7 +75,7 @@ def cifar_shaped_images(n: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def train_transform(recipe: str):
-    """The per-image training transform of ``recipe`` (as ``going_modular.train`` uses)."""
+    """The per-image training transform of ``recipe`` (as ``vitbook.train`` uses)."""
     if recipe == "none":
         return transforms.Compose([transforms.Resize((32, 32)), transforms.ToTensor()])
     return cct_recipes.RECIPES[recipe].train_transform(32)
@@ -227,13 +228,13 @@ def bare_loop(model, optimizer, loss_fn, batches) -> float:
 
 def engine_loop(model, optimizer, loss_fn, batches) -> float:
     start = time.perf_counter()
-    engine.train_one_epoch(model, batches, loss_fn, optimizer, "cpu", progress=False)
+    engine.train_step(model, batches, loss_fn, optimizer, "cpu")
     return sum(len(X) for X, _ in batches) / (time.perf_counter() - start)
 
 
 def section_engine(args) -> None:
     print(
-        "\n== engine.train_one_epoch vs a bare loop (same model, batches, optimizer), "
+        "\n== engine.train_step vs a bare loop (same model, batches, optimizer), "
         f"batch {args.batch_size} =="
     )
     for name in args.models:

@@ -1,7 +1,7 @@
 """One process with all the threads against one-thread processes side by side.
 
 Chapter 10 trains each seed's CCT and TinyVGG together, in two processes of one thread each
-(``going_modular.training.clock.side_by_side``). This measures what that costs or gains on
+(``vitbook.training.clock.side_by_side``). This measures what that costs or gains on
 this machine: the training images/s of CCT-2/3x2 (Fashion-MNIST's shape, batch 128, the
 step ``fastest_step`` picks) in one process with ``--threads`` threads, against the total of
 ``--threads`` one-thread processes timing the same step at the same time. The two are timed
@@ -18,12 +18,12 @@ import statistics
 import torch
 from timing import interleave
 
-from going_modular.book.settings import hardware
 from going_modular.models import build_model
-from going_modular.training.clock import side_by_side
-from going_modular.training.speed import fastest_step
-from going_modular.training.timing import images_per_second
-from going_modular.utils import prefer_channels_last, set_seeds
+from going_modular.utils import set_seeds
+from vitbook.book.settings import hardware
+from vitbook.training.clock import side_by_side
+from vitbook.training.speed import fastest_step, prefer_channels_last
+from vitbook.training.timing import images_per_second
 
 MODEL = dict(
     num_classes=10, img_size=28, in_channels=1, attn_drop_rate=0.0, drop_path_rate=0.0

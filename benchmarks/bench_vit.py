@@ -19,10 +19,10 @@ import torch
 from timing import interleave
 from torchvision.models import VisionTransformer
 
-from going_modular.models.complexity import count_params
-from going_modular.models.convert import load_torchvision_weights
 from going_modular.models.vit import ViT
-from going_modular.training.timing import images_per_second
+from vitbook.models.complexity import count_params
+from vitbook.models.convert import load_torchvision_weights
+from vitbook.training.timing import images_per_second
 
 
 def parse_args() -> argparse.Namespace:

@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from going_modular.models import build_model
-from going_modular.models.complexity import count_macs
+from vitbook.models.complexity import count_macs
 
 # Dense peak TFLOP/s (fp32 without tensor cores, and fp16/bf16 tensor cores), from NVIDIA's
 # data sheets; the first name found in the device name wins.

@@ -36,21 +36,26 @@ import torch
 from torch import nn
 
 from going_modular.data.augment import random_flip_batch
-from going_modular.data.datasets import (
+from going_modular.models import build_model
+from going_modular.utils import set_seeds
+from vitbook.data.datasets import (
     FASHION_MNIST_MEAN,
     FASHION_MNIST_STD,
     fashion_mnist_tensors,
     get_fashion_mnist,
 )
-from going_modular.data.gpu_augment import BatchAugment, DeviceLoader, to_uint8_images
-from going_modular.data.gpu_augment.crops import random_hflip
-from going_modular.engine import evaluate, fit
-from going_modular.models import build_model
-from going_modular.training.cct_recipes import CCT_CIFAR_200
-from going_modular.training.experiments import tensor_loaders
-from going_modular.training.recipe import Recipe
-from going_modular.training.speed import StepOptions, fastest_step, steps_for_budget
-from going_modular.utils import prefer_channels_last, set_seeds
+from vitbook.data.gpu_augment import BatchAugment, DeviceLoader, to_uint8_images
+from vitbook.data.gpu_augment.crops import random_hflip
+from vitbook.training.cct_recipes import CCT_CIFAR_200
+from vitbook.training.experiments import tensor_loaders
+from vitbook.training.loop import evaluate, fit
+from vitbook.training.recipe import Recipe
+from vitbook.training.speed import (
+    StepOptions,
+    fastest_step,
+    prefer_channels_last,
+    steps_for_budget,
+)
 
 # The fast path's runs: model, its keywords, batch, learning rate, AdamW's betas, length
 # (steps, or a budget in seconds to plan them for), target. CCT's beta2 = 0.95 (GPT-3's,

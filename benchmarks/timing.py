@@ -3,7 +3,7 @@
 On a shared machine the load changes from second to second, so things compared are timed in
 alternating order (A, then B, repeat after repeat) and summarised by their median (and best)
 run; ratios of those are what a benchmark reports. A model's speed is
-:func:`going_modular.training.timing.images_per_second`.
+:func:`vitbook.training.timing.images_per_second`.
 """
 
 from __future__ import annotations

@@ -1,403 +1,44 @@
-"""Turn datasets into PyTorch DataLoaders: an ImageFolder on disk, with clear errors, and the
-one loader builder the package uses (:func:`train_test_loaders`, from
-:mod:`going_modular.data.loaders`, re-exported here).
+"""Turn two folders of images into PyTorch DataLoaders, as the course's ``data_setup.py``.
 
-Images are read as they are: upright as their EXIF orientation says, 16-bit and float
-images scaled to 8 bits by the range of their data, class folders walked without counting
-a folder twice (a symbolic link loop is refused) or opening what is not a regular file (a
-FIFO named ``x.png`` is skipped with a warning), one file under two classes or in both
-splits refused, and :func:`verify_images` opens every image once before training, so a
-corrupt file or a decompression bomb is named before the first epoch, not in the middle
-of one.
+Each folder holds one subfolder of images per class (torchvision's ``ImageFolder``
+layout); hidden folders such as ``.ipynb_checkpoints`` are not classes. The command line
+checks a folder much more closely before a long run (``vitbook.data.image_folders``).
 """
 
 from __future__ import annotations
 
 import os
-import stat
-import warnings
-from collections.abc import Callable, Iterable
 from pathlib import Path
 
-import numpy as np
-from PIL import Image, ImageOps
 from torch.utils.data import DataLoader
 from torchvision import datasets, transforms
 
 from going_modular.data.loaders import default_num_workers, train_test_loaders
 
-__all__ = [
-    "ImageDecodeError",
-    "VisibleImageFolder",
-    "check_image_folder",
-    "create_dataloaders",
-    "default_num_workers",
-    "image_splits",
-    "is_hidden",
-    "load_rgb",
-    "train_test_loaders",
-    "verify_images",
-    "walk_through_dir",
-]
+__all__ = ["NUM_WORKERS", "create_dataloaders", "walk_through_dir"]
+
+NUM_WORKERS = default_num_workers()
 
 
-class ImageDecodeError(ValueError):
-    """An image file that cannot be decoded; the message names it and what to do."""
+class _VisibleImageFolder(datasets.ImageFolder):
+    """An ``ImageFolder`` whose classes are its visible subfolders."""
 
-
-# TIFF tags that state the largest sample value (MaxSampleValue, SMaxSampleValue).
-_STATED_MAXIMUM = (281, 341)
-
-
-def _stated_maximum(image: Image.Image) -> float | None:
-    """The largest sample value a TIFF file states, if it states one."""
-    tags = getattr(image, "tag_v2", {})
-    stated = next((tags[t] for t in _STATED_MAXIMUM if t in tags), None)
-    return (
-        float(max(stated) if isinstance(stated, tuple) else stated) if stated else None
-    )
-
-
-def _value_range(
-    image: Image.Image, finite: np.ndarray, stated: float | None
-) -> tuple[float, float]:
-    """The range that maps to 0-255: 0.0-1.0 for floats; for integers the ``stated``
-    maximum, else 0-255 when every value fits 8 bits (8-bit data in a 16-bit PNG or an
-    int32 TIFF), else 0-65535; the data's own minimum and maximum when they fall outside."""
-    if image.mode == "F":
-        low, high = 0.0, 1.0
-    elif stated is not None and stated > 0:
-        low, high = 0.0, stated
-    else:
-        low, high = 0.0, 255.0 if finite.size and finite.max() <= 255 else 65535.0
-    if finite.size and (finite.min() < low or finite.max() > high):
-        low, high = float(finite.min()), float(finite.max())
-    return low, high
-
-
-def _to_8_bits(image: Image.Image, stated: float | None = None) -> Image.Image:
-    """A 16-bit (``I;16``, ``I``) or float (``F``) image as 8-bit greyscale ("L").
-
-    Values are scaled by their range (:func:`_value_range`; ``stated``: the file's largest
-    sample value, if it says): a 16-bit ramp stays a ramp, a
-    float 0.5 is mid-grey, 8-bit values in a 16-bit file keep their grey levels instead of
-    turning black, a depth map is stretched over its own range. Other modes are returned
-    unchanged.
-    """
-    if image.mode not in ("I", "F") and not image.mode.startswith("I;16"):
-        return image
-    values = np.asarray(image, dtype=np.float64)
-    finite = values[np.isfinite(values)]
-    low, high = _value_range(image, finite, stated)
-    scaled = (values - low) / (high - low) if high > low else np.zeros_like(values)
-    scaled = np.nan_to_num(scaled, nan=0.0).clip(0.0, 1.0)
-    return Image.fromarray(np.round(scaled * 255).astype(np.uint8), mode="L")
-
-
-def load_rgb(path: str | Path) -> Image.Image:
-    """Open an image as RGB, upright as its EXIF orientation says (as a photo viewer shows
-    it), 16-bit and float ones scaled to 8 bits by their range; or raise an error that
-    names the file and what to do. Only regular files are opened (never a FIFO)."""
-    if not Path(path).is_file():
-        raise FileNotFoundError(f"No image file at {path}. Check the path.")
-    try:
-        with Image.open(path) as image:
-            upright = ImageOps.exif_transpose(image)  # a copy, without the TIFF tags
-            return _to_8_bits(upright, _stated_maximum(image)).convert("RGB")
-    except Exception as error:  # Pillow raises OSError, SyntaxError, ValueError, ...
-        raise ImageDecodeError(
-            f"Cannot decode image {path}: {_describe(error)}. Delete or replace this file "
-            "and try again."
-        ) from error
-
-
-def _describe(error: Exception) -> str:
-    if isinstance(error, Image.DecompressionBombError):
-        return f"{error} If the image is genuine, shrink it."
-    return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
-
-
-def _image_problem(path: str) -> str | None:
-    """Why the image at ``path`` cannot be read, or None when it can.
-
-    Cheap: the header, the size against Pillow's decompression-bomb limit and Pillow's
-    ``verify()`` (for PNG, every chunk's checksum); a JPEG, whose ``verify()`` checks
-    nothing, is decoded at 1/8 scale, which still reads all of its data (a truncated JPEG
-    is the usual corrupt file).
-    """
-    try:
-        with Image.open(path) as image:
-            if image.format == "JPEG":
-                image.draft(image.mode, (1, 1))
-                image.load()
-            else:
-                image.verify()
-    except Exception as error:
-        return _describe(error)
-    return None
-
-
-def verify_images(paths: Iterable[str | Path]) -> None:
-    """Open every image in ``paths`` once; raise :class:`ImageDecodeError` listing all the
-    files that cannot be read (corrupt, truncated, not an image, or a decompression bomb).
-
-    About a millisecond per image: run it before training, so a bad file is found before
-    the first epoch rather than after hours of it.
-    """
-    bad = [
-        f"{path}: {problem}"
-        for path in dict.fromkeys(map(str, paths))  # each file once, in order
-        if (problem := _image_problem(path)) is not None
-    ]
-    if bad:
-        raise ImageDecodeError(
-            f"Cannot decode images: {len(bad)} file(s) are corrupt, truncated, too large "
-            "or not images:\n  "
-            + "\n  ".join(bad)
-            + "\nDelete or replace them and try again."
-        )
-
-
-def check_image_folder(folder: str | Path) -> list[str]:
-    """Check that ``folder`` exists and holds one subfolder per class; return the class names."""
-    folder = Path(folder)
-    if not folder.is_dir():
-        raise FileNotFoundError(
-            f"Data folder {folder} does not exist. Download the data first (for example with "
-            "going_modular.datasets.get_food_data()) or check the path."
-        )
-    classes = sorted(
-        p.name for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")
-    )
-    if not classes:
-        raise ValueError(
-            f"Data folder {folder} has no class subfolders. Expected the ImageFolder layout "
-            f"{folder}/<class_name>/<image>.jpg, one subfolder per class."
-        )
-    return classes
-
-
-def is_hidden(path: str | Path, root: str | Path) -> bool:
-    """Whether any part of ``path`` below ``root`` starts with a dot (``.ipynb_checkpoints``)."""
-    return any(part.startswith(".") for part in Path(path).relative_to(root).parts)
-
-
-def _walk_once(
-    folder: str, seen: dict[tuple[int, int], str]
-) -> Iterable[tuple[str, list[str]]]:
-    """``(folder, files)`` below ``folder``, following links to folders but not hidden
-    folders; a folder already in ``seen`` (a link loop, or two links to one folder) is
-    refused, since its images would be counted again."""
-    for dirpath, dirnames, filenames in os.walk(folder, followlinks=True):
-        status = os.stat(dirpath)
-        key = (status.st_dev, status.st_ino)
-        if key in seen:
-            raise ValueError(
-                f"{dirpath} leads to a folder already read as {seen[key]} (a symbolic link "
-                "loop, or a second link to the same folder), so its images would be counted "
-                "again. Remove the link or replace it with a copy."
-            )
-        seen[key] = dirpath
-        dirnames[:] = [name for name in dirnames if not name.startswith(".")]
-        yield dirpath, filenames
-
-
-class VisibleImageFolder(datasets.ImageFolder):
-    """torchvision's ImageFolder without hidden folders and files, and without loops.
-
-    A ``.ipynb_checkpoints`` folder (Jupyter makes one when a notebook opens an image) or
-    macOS's ``._name.jpg`` files would otherwise become a class or a sample, and a hidden
-    class folder sorts first, shifting every label against a test folder without it.
-    Links to folders are followed, but a folder reached twice (``ln -s . loop``) is refused
-    rather than read again and again. ``split`` ("train", "test") names the split in errors.
-    """
-
-    def __init__(
-        self,
-        root: str | Path,
-        transform=None,
-        loader=load_rgb,
-        split: str | None = None,
-    ):
-        root = str(root)
-        self.split = split
-        super().__init__(
-            root,
-            transform=transform,
-            loader=loader,
-            is_valid_file=lambda path: (
-                datasets.folder.has_file_allowed_extension(
-                    path, datasets.folder.IMG_EXTENSIONS
-                )
-                and not is_hidden(path, root)
-            ),
-        )
-
-    def find_classes(self, directory: str | Path) -> tuple[list[str], dict[str, int]]:
-        classes = check_image_folder(directory)
+    def find_classes(self, directory: str) -> tuple[list[str], dict[str, int]]:
+        classes, _ = super().find_classes(directory)
+        classes = [c for c in classes if not c.startswith(".")]
         return classes, {name: i for i, name in enumerate(classes)}
 
-    def make_dataset(
-        self,
-        directory: str | Path,
-        class_to_idx: dict[str, int],
-        extensions: tuple[str, ...] | None = None,
-        is_valid_file: Callable[[str], bool] | None = None,
-        allow_empty: bool = False,
-    ) -> list[tuple[str, int]]:
-        """torchvision's samples, in its order, walked by :func:`_walk_once`; an empty
-        class folder is reported with its split and path."""
-        samples, empty, seen, odd = [], [], {}, []
-        for name in sorted(class_to_idx):
-            class_dir = os.path.join(directory, name)
-            found = [
-                path
-                for dirpath, filenames in sorted(_walk_once(class_dir, seen))
-                for filename in sorted(filenames)
-                if is_valid_file(path := os.path.join(dirpath, filename))
-            ]
-            regular = {path: _is_regular_file(path) for path in found}
-            odd += [path for path, ok in regular.items() if not ok]
-            found = [path for path, ok in regular.items() if ok]
-            if not found:
-                empty.append(class_dir)
-            samples += [(path, class_to_idx[name]) for path in found]
-        if empty and not allow_empty:
-            split = f" ({self.split} split)" if self.split else ""
-            folders, verb = (
-                ("folders", "hold") if len(empty) > 1 else ("folder", "holds")
-            )
-            raise FileNotFoundError(
-                f"Class {folders} {', '.join(empty)}{split} {verb} no images (files "
-                f"ending in {', '.join(datasets.folder.IMG_EXTENSIONS)}). Add images, or "
-                "remove the class from both train/ and test/."
-            )
-        if odd:
-            warnings.warn(
-                _listing(
-                    f"Skipped {len(odd)} entries named like images that "
-                    "are not regular files (a FIFO, socket, device or broken link)",
-                    odd,
-                ),
-                stacklevel=2,
-            )
-        _check_one_label_per_file(samples, self.split)
-        return samples
 
-
-def _is_regular_file(path: str) -> bool:
-    """Whether ``path`` is, or links to, a regular file: never opens it (a FIFO's
-    ``open`` would wait for a writer forever)."""
-    try:
-        return stat.S_ISREG(os.stat(path).st_mode)
-    except OSError:  # a broken link
-        return False
-
-
-def _listing(what: str, lines: list[str], most: int = 10) -> str:
-    """``what``, then up to ``most`` of ``lines`` indented, and how many more."""
-    more = f"\n  ... and {len(lines) - most} more" if len(lines) > most else ""
-    return f"{what}:\n  " + "\n  ".join(lines[:most]) + more
-
-
-def _file_ids(
-    samples: list[tuple[str, int]],
-) -> dict[tuple[int, int], list[tuple[str, int]]]:
-    """The samples grouped by the file they are (device and inode: a symbolic or hard
-    link is the same file as its target)."""
-    groups: dict[tuple[int, int], list[tuple[str, int]]] = {}
-    for path, label in samples:
-        status = os.stat(path)
-        groups.setdefault((status.st_dev, status.st_ino), []).append((path, label))
-    return groups
-
-
-def _check_one_label_per_file(
-    samples: list[tuple[str, int]], split: str | None
-) -> None:
-    """Refuse one file under two labels (a link in another class folder); warn about one
-    file counted twice under the same label."""
-    repeated = [group for group in _file_ids(samples).values() if len(group) > 1]
-    clashes = [g for g in repeated if len({label for _, label in g}) > 1]
-    where = f" in the {split} split" if split else ""
-    if clashes:
-        raise ValueError(
-            _listing(
-                f"{len(clashes)} file(s){where} sit under two classes at once (links to "
-                "one file), so their label is ambiguous. Remove the links or copy the "
-                "files into one class",
-                [" = ".join(path for path, _ in group) for group in clashes],
-            )
+def _classes(folder: Path, name: str) -> list[str]:
+    if not folder.is_dir():
+        raise FileNotFoundError(
+            f"The {name} folder {folder} does not exist: give a folder with one "
+            "subfolder of images per class."
         )
-    if repeated:
-        warnings.warn(
-            _listing(
-                f"{len(repeated)} file(s){where} are counted more than once (links to "
-                "one file in the same class)",
-                [" = ".join(path for path, _ in group) for group in repeated],
-            ),
-            stacklevel=3,
-        )
-
-
-def _check_test_apart(
-    train: list[tuple[str, int]], test: list[tuple[str, int]]
-) -> None:
-    """Refuse test images that are training images too (the same file, through a link or
-    a test folder inside the training folder): the test score would be inflated."""
-    train_ids = _file_ids(train)
-    shared = [
-        f"{path} = {train_ids[key][0][0]}"
-        for key, group in _file_ids(test).items()
-        if key in train_ids
-        for path, _ in group
-    ]
-    if shared:
-        raise ValueError(
-            _listing(
-                f"{len(shared)} test image(s) are also training images (the same file), "
-                "which would inflate the test score. Keep the test images apart",
-                shared,
-            )
-        )
-
-
-def image_splits(
-    train_dir: str | Path,
-    test_dir: str | Path,
-    transform: Callable | None = None,
-    test_transform: Callable | None = None,
-    *,
-    check_images: bool = True,
-) -> tuple[VisibleImageFolder, VisibleImageFolder]:
-    """The train and test :class:`VisibleImageFolder` datasets, checked before any training.
-
-    Both folders must hold the same class subfolders, at least two, none of them empty; no
-    file may be under two classes or in both splits (links count as the same file);
-    with ``check_images`` every image of both splits is opened once (:func:`verify_images`).
-    Raises FileNotFoundError, ValueError or :class:`ImageDecodeError` naming the folder or
-    the files and what to do.
-    """
-    train_classes = check_image_folder(train_dir)
-    test_classes = check_image_folder(test_dir)
-    if train_classes != test_classes:
-        raise ValueError(
-            f"Train classes {train_classes} and test classes {test_classes} differ; "
-            "both folders need the same class subfolders."
-        )
-    if len(train_classes) == 1:
-        raise ValueError(
-            f"{train_dir} and {test_dir} hold a single class, {train_classes[0]!r}: a "
-            "classifier needs at least two classes (one subfolder of images per class)."
-        )
-    train_data = VisibleImageFolder(train_dir, transform=transform, split="train")
-    test_data = VisibleImageFolder(
-        test_dir, transform=test_transform or transform, split="test"
-    )
-    _check_test_apart(train_data.samples, test_data.samples)
-    if check_images:
-        verify_images(path for path, _ in train_data.samples + test_data.samples)
-    return train_data, test_data
+    found = sorted(d.name for d in folder.iterdir() if d.is_dir() and d.name[0] != ".")
+    if not found:
+        raise ValueError(f"The {name} folder {folder} has no class subfolders.")
+    return found
 
 
 def create_dataloaders(
@@ -405,32 +46,39 @@ def create_dataloaders(
     test_dir: str | Path,
     transform: transforms.Compose,
     batch_size: int,
-    num_workers: int | None = None,
+    num_workers: int = NUM_WORKERS,
     test_transform: transforms.Compose | None = None,
-    *,
-    check_images: bool = True,
 ) -> tuple[DataLoader, DataLoader, list[str]]:
     """Create training and testing DataLoaders from two ImageFolder directories.
 
     Args:
         train_dir: folder with one subfolder of images per class, for training.
         test_dir: the same layout, for testing.
-        transform: applied to training images (and to test images unless ``test_transform``).
+        transform: turns a PIL image into a tensor (applied to test images too, unless
+            ``test_transform`` is given).
         batch_size: images per batch.
-        num_workers: loader processes; by default :func:`default_num_workers`.
+        num_workers: loader processes (all cores when there is a GPU to feed).
         test_transform: optional separate transform for test images (no augmentation).
-        check_images: open every image once first (:func:`verify_images`), so that a bad
-            file stops the run before the first epoch.
 
     Returns:
         ``(train_dataloader, test_dataloader, class_names)``.
     """
-    train_data, test_data = image_splits(
-        train_dir, test_dir, transform, test_transform, check_images=check_images
-    )
-    workers = default_num_workers() if num_workers is None else num_workers
+    if transform is None:
+        raise ValueError(
+            "transform is None: give one that turns images into tensors, e.g. "
+            "transforms.Compose([transforms.Resize((64, 64)), transforms.ToTensor()])."
+        )
+    train_classes = _classes(Path(train_dir), "training")
+    test_classes = _classes(Path(test_dir), "test")
+    if train_classes != test_classes:
+        raise ValueError(
+            f"Train classes {train_classes} and test classes {test_classes} differ; "
+            "both folders need the same class subfolders."
+        )
+    train_data = _VisibleImageFolder(train_dir, transform=transform)
+    test_data = _VisibleImageFolder(test_dir, transform=test_transform or transform)
     train_dataloader, test_dataloader = train_test_loaders(
-        train_data, test_data, batch_size, num_workers=workers
+        train_data, test_data, batch_size, num_workers=num_workers
     )
     return train_dataloader, test_dataloader, train_data.classes
 

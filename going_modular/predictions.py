@@ -7,17 +7,47 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import matplotlib.pyplot as plt
+import numpy as np
 import torch
+from PIL import Image, ImageOps
 from torch import nn
 from torch.utils.data import Dataset
 from torchvision import transforms
 
-from going_modular.data_setup import load_rgb
-from going_modular.training.plots import tensor_to_image
-
-__all__ = ["plot_prediction_grid", "pred_and_plot_image", "predict_image"]
+__all__ = [
+    "load_rgb",
+    "plot_prediction_grid",
+    "pred_and_plot_image",
+    "predict_image",
+    "tensor_to_image",
+]
 
 _GRID_INCHES = 8.2  # the widest a grid of predictions is drawn
+
+
+def load_rgb(path: str | Path) -> Image.Image:
+    """Open an image as RGB, upright as its EXIF orientation says, or say which file fails."""
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"No image file at {path}. Check the path.")
+    try:
+        with Image.open(path) as image:
+            return ImageOps.exif_transpose(image).convert("RGB")
+    except OSError as error:
+        raise ValueError(f"Cannot decode image {path}: {error}.") from None
+
+
+def tensor_to_image(image: torch.Tensor) -> np.ndarray:
+    """A (C, H, W) image tensor, normalised or not, as (H, W, C) in [0, 1] for imshow: each
+    channel stretched to [0, 1], which undoes a per-channel normalisation."""
+    image = image.detach().float().cpu()
+    low = image.amin(dim=(1, 2), keepdim=True)
+    high = image.amax(dim=(1, 2), keepdim=True)
+    return ((image - low) / (high - low + 1e-8)).permute(1, 2, 0).squeeze(-1).numpy()
+
+
+def _text(name: str) -> str:
+    """A class name as matplotlib shows it literally (``$`` would start maths)."""
+    return str(name).replace("$", r"\$")
 
 
 def predict_image(
@@ -68,7 +98,7 @@ def pred_and_plot_image(
     label, prob = predict_image(model, image_path, class_names, transform, device)
     plt.figure(figsize=(5, 5))
     plt.imshow(load_rgb(image_path))
-    plt.title(f"Pred: {label} | Prob: {prob:.3f}")
+    plt.title(f"Pred: {_text(label)} | Prob: {prob:.3f}")
     plt.axis("off")
     return label, prob
 
@@ -102,7 +132,7 @@ def plot_prediction_grid(
         ax.imshow(tensor_to_image(image), cmap="gray")
         right = int(pred) == int(label)
         ax.set_title(
-            f"true: {class_names[label]}\npred: {class_names[pred]}",
+            f"true: {_text(class_names[label])}\npred: {_text(class_names[pred])}",
             color="green" if right else "red",
             fontsize=9,
         )

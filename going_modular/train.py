@@ -1,337 +1,71 @@
-"""Train a model from the command line: ``python -m going_modular.train --help``.
+"""Train a model on a folder of images, as the course's ``train.py`` does::
 
-Each run writes into its own new folder ``<output-dir>/<YYYYmmdd-HHMMSS>-<id>/`` (``runs/``
-by default): the model (``model.pth``), the per-epoch results (``results.json``, strict JSON
-with the run's id, status, options and the SHA-256 of the ``model.pth`` they belong to, written
-after it) and the loss and accuracy curves (``loss_curves.png``); until the run is complete, it
-also holds the training checkpoint that ``--resume`` continues from (``checkpoint.pth``).
-``<output-dir>/latest`` then points to the newest run that saved a model. No run deletes or
-moves another run's files, and a lock refuses a second run into the same output folder while
-one is running.
+    python -m going_modular.train --train-dir data/pizza_steak_sushi/train \
+        --test-dir data/pizza_steak_sushi/test --model tinyvgg --epochs 5
 
-Bad numbers, an unusable output folder and a model that does not fit the images are refused
-before any data is prepared: :mod:`going_modular.cli.options` checks the options once into a
-:class:`~going_modular.cli.config.RunConfig`, the one thing :func:`run` receives. Ctrl-C, SIGTERM
-(``kill``, ``timeout``, ``docker stop``, a scheduler) and SIGHUP (unless ``nohup`` ignores
-it) save the last completed epoch, mark the run ``interrupted`` and exit with 130, 143 or
-129; ``--resume RUN_DIR`` continues it from there, once the checkpoint, the model, the
-recipe and the data are found to be the run's own (a refusal leaves the run folder as it
-was). A signal after the last epoch lets the save finish: the run is complete. A run that
-fails (a NaN or exploding loss, a corrupt image, a full disk) also saves its completed
-epochs, is marked ``failed`` with the error, and exits with 1. A failing optional step (the
-figure, MLflow) is only a warning. The run's files: :class:`going_modular.training.runs.Run`.
-
-``--dataset fashion_mnist`` trains on Fashion-MNIST (28x28 grey), padded to 32x32 or repeated
-to RGB only when the model needs it; ``--data-dir PATH`` trains on your own images (an
-ImageFolder with ``train/`` and ``test/`` class folders).
-
-``--recipe cct`` (or ``cct200``) trains with a Compact Transformers recipe from
-:mod:`going_modular.data.augment`: its augmentations (on cifar10), MixUp/CutMix (cct), label
-smoothing, AdamW (cct exempts biases and norms from weight decay) and warmup + cosine. The recipe
-supplies the defaults of ``--epochs``, ``--batch-size``, ``--lr``, ``--weight-decay``,
-``--warmup-epochs`` and ``--label-smoothing``; options given explicitly override them.
-``--time-budget MINUTES`` stops training when the time is spent (see ``engine.fit``).
-
-Launched by ``torchrun --nproc_per_node=N -m going_modular.train ...`` (or with ``--nnodes``
-and ``--rdzv-endpoint`` on several machines), each process joins the process group
-(:func:`~going_modular.training.distributed.from_environment`: NCCL on CUDA, gloo on a CPU)
-and trains a replica on its shard of every global batch of ``N x --batch-size`` images;
-the learning rate is used as given. Rank 0 alone locks the output folder, creates the run
-folder (whose path it sends to the others) and writes the checkpoints, results, curves and
-MLflow records, and prints; every rank restores a ``--resume``d checkpoint, which must come
-from as many processes. A rank that dies or hangs ends the others after ``--dist-timeout``
-seconds at most, each saying which rank it is; rank 0 keeps the completed epochs.
+It builds the dataloaders (:mod:`going_modular.data_setup`), the model
+(:mod:`going_modular.model_builder`), trains with :func:`going_modular.engine.train` and
+saves the weights with :func:`going_modular.utils.save_model`. The book's full command
+line, with its recipes, run folders, resuming and several processes, is
+``python -m vitbook.train``.
 """
 
 from __future__ import annotations
 
-import contextlib
-import functools
-import math
-import os
-import signal
-import sys
-from collections.abc import Callable, Sequence
+import argparse
 
-import matplotlib
+import torch
+from torchvision import transforms
 
-matplotlib.use("Agg")
+from going_modular import data_setup, engine, model_builder, utils
 
-import torch  # noqa: E402
-from torch import nn  # noqa: E402
-from torch.utils.data import DataLoader  # noqa: E402
-
-from going_modular import data_setup, engine, utils  # noqa: E402
-from going_modular.book import settings  # noqa: E402
-from going_modular.cli import parts, ranks, resume  # noqa: E402
-from going_modular.cli.config import RunConfig  # noqa: E402
-from going_modular.cli.errors import (  # noqa: E402
-    FAILURES,
-    ProcessGroupFailed,
-    TrainingFailed,
-    TrainingInterrupted,
-    UsageError,
-)
-from going_modular.cli.options import build_parser, configure  # noqa: E402
-from going_modular.cli.output_dir import locked_output_dir  # noqa: E402
-from going_modular.cli.parts import make_dataloaders  # noqa: E402
-from going_modular.cli.stops import kept_if_stopped  # noqa: E402
-from going_modular.data.download import DownloadError  # noqa: E402
-from going_modular.data.files import listing_sha256  # noqa: E402
-from going_modular.training import distributed, runs  # noqa: E402
-from going_modular.training.checkpoint import CHECKPOINT_NAME  # noqa: E402
-from going_modular.training.distributed import Distributed  # noqa: E402
-from going_modular.training.recipe import Recipe  # noqa: E402
-
-__all__ = [
-    "FAILURES",
-    "ProcessGroupFailed",
-    "TrainingFailed",
-    "TrainingInterrupted",
-    "main",
-    "make_dataloaders",
-    "run",
-]
+__all__ = ["main"]
 
 
-# --- The run's steps: a new or a resumed run folder, its data and recipe, its save ---------------
-
-
-def _log_to_mlflow(config: RunConfig, record: dict, results: dict) -> None:
-    """Log the options as parameters and each epoch's results with ``step=epoch``."""
-    from going_modular.training import tracking
-
-    with tracking.start_run(
-        "cli", f"{config.model} {record['run_id']}", config.params()
-    ):
-        tracking.log_results(results)
-    print(f"[INFO] Logged to MLflow; browse with: {tracking.ui_command()}")
-
-
-def _new_run(
-    config: RunConfig, model: nn.Module, img_size: int, ctx: Distributed | None
-) -> runs.Run:
-    """A new run folder (rank 0 creates it and sends its path to the others), its record
-    written (status running)."""
-    run_dir = ranks.on_main(ctx, lambda: runs.new_run_dir(config.output_dir))
-    record = {
-        "run_id": run_dir.name,
-        "model": config.model,
-        "data": str(config.data_dir) if config.data_dir else config.dataset,
-        "options": config.options,
-        "status": "running",
-    }
-    current = runs.Run(run_dir, record, model, img_size)
-    if ranks.is_main(ctx):
-        current.write_results(record, {})
-    print(f"[INFO] Writing the run in {run_dir}")
-    return current
-
-
-def _prepare(
-    config: RunConfig,
-    current: runs.Run,
-    channels: int,
-    device: torch.device,
-    ctx: Distributed | None,
-) -> tuple[DataLoader, DataLoader, Recipe]:
-    """The data (each rank's shard of the training set under torchrun) and the recipe; the
-    run's record takes the data's class names and sizes."""
-    with ranks.main_first(ctx):
-        train_dl, test_dl, class_names = parts.loaders(
-            config, current.img_size, channels, device, one_process=ctx is None
-        )
-    if ctx is not None:
-        train_dl = distributed.shard(train_dl, ctx, shuffle=True, seed=config.seed)
-    current.class_names = class_names
-    sizes = {"train_images": len(train_dl.dataset), "test_images": len(test_dl.dataset)}
-    current.record = current.record | {"class_names": class_names} | sizes
-    listings = {  # image files (an ImageFolder's samples): their names, labels, sizes
-        split: listing_sha256(data.root, data.samples)
-        for split, data in (("train", train_dl.dataset), ("test", test_dl.dataset))
-        if hasattr(data, "samples")
-    }
-    if listings:
-        current.record = current.record | {"data_sha256": listings}
-    print(
-        f"[INFO] Data: {config.data_label}, {sizes['train_images']} train and "
-        f"{sizes['test_images']} test images of {len(class_names)} classes, given to "
-        f"{config.model} as {channels}x{current.img_size}x{current.img_size}."
+def main(argv: list[str] | None = None) -> dict[str, list[float]]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--train-dir", required=True)
+    parser.add_argument("--test-dir", required=True)
+    parser.add_argument(
+        "--model", default="tinyvgg", choices=model_builder.list_models()
     )
-    steps_per_epoch = min(len(train_dl), config.max_steps or math.inf)
-    return (
-        train_dl,
-        test_dl,
-        parts.training_recipe(config, steps_per_epoch, len(class_names)),
+    parser.add_argument("--epochs", type=int, default=5)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--hidden-units", type=int, default=10, help="TinyVGG only")
+    parser.add_argument("--learning-rate", type=float, default=1e-3)
+    parser.add_argument("--img-size", type=int, default=64)
+    parser.add_argument("--model-dir", default="models")
+    parser.add_argument("--seed", type=int, default=42)
+    args = parser.parse_args(argv)
+    for name in ("epochs", "batch_size", "hidden_units", "img_size"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1")
+    if not args.learning_rate > 0:
+        parser.error("--learning-rate must be positive")
+
+    utils.set_seeds(args.seed)
+    device = utils.get_device()
+    transform = transforms.Compose(
+        [transforms.Resize((args.img_size, args.img_size)), transforms.ToTensor()]
     )
-
-
-def _resumed_run(
-    config: RunConfig,
-    model: nn.Module,
-    img_size: int,
-    channels: int,
-    device: torch.device,
-    ctx: Distributed | None,
-) -> tuple[runs.Run, DataLoader, DataLoader, Recipe]:
-    """The run ``--resume`` continues, its data and recipe checked against its checkpoint
-    before its record is written (status running)."""
-    resumed = config.resumed
-    current = runs.Run(resumed.run_dir, dict(resumed.record), model, img_size)
-    train_dl, test_dl, recipe = _prepare(config, current, channels, device, ctx)
-    world_size = 1 if ctx is None else ctx.world_size
-    resume.check_resumable(resumed, current, train_dl, recipe, world_size)
-    current.record = current.record | {"status": "running"}
-    if ranks.is_main(ctx):
-        current.write_results(current.record, resumed.results)
-    print(f"[INFO] Continuing the run in {current.dir}")
-    return current, train_dl, test_dl, recipe
-
-
-def _finish_after(epochs: int, stops: runs.StopSignals) -> Callable[[int, dict], bool]:
-    """A callback of :func:`~going_modular.engine.fit`: after the last epoch, a signal
-    waits for the save (:meth:`~going_modular.training.runs.StopSignals.finish`)."""
-
-    def after_epoch(epoch: int, results: dict) -> bool:
-        if epoch >= epochs:
-            stops.finish()
-        return False  # never stops training early
-
-    return after_epoch
-
-
-def _save(
-    config: RunConfig,
-    current: runs.Run,
-    results: dict,
-    stops: runs.StopSignals,
-    ctx: Distributed | None,
-) -> None:
-    """Save the run complete (rank 0), then the optional steps; a signal meanwhile waits."""
-    stops.finish()
-    if not ranks.is_main(ctx):
-        return
-    record = current.record | {
-        "status": "complete",
-        "epochs_completed": len(results["test_acc"]),
-    }
-    with kept_if_stopped(current):
-        current.save(record, results)
-    runs.optional_step(  # complete: nothing left to resume
-        "Removing checkpoint.pth",
-        lambda: (current.dir / CHECKPOINT_NAME).unlink(missing_ok=True),
+    train_dataloader, test_dataloader, class_names = data_setup.create_dataloaders(
+        args.train_dir, args.test_dir, transform, args.batch_size
     )
-    log = functools.partial(_log_to_mlflow, config) if config.mlflow else None
-    current.finish(record, results, log)
-    print(f"[INFO] Saved the run to {current.dir}")
-    if stops.received is not None:
-        name = signal.Signals(stops.received).name
-        print(f"[INFO] {name} came after the last epoch: the run is complete.")
-
-
-def run(
-    config: RunConfig,
-    stops: runs.StopSignals | None = None,
-    ctx: Distributed | None = None,
-) -> dict[str, list[float]]:
-    """Train as ``config`` says into a new run folder (or continue ``config.resumed``) and
-    write the model, results and curves there: model, lock, data, recipe, fit, save. With
-    ``ctx`` (torchrun), this process is one rank of a distributed run (see the module).
-
-    Raises UsageError before anything is written when the model or a resumed run's
-    checkpoint does not fit, TrainingInterrupted after saving the completed epochs on
-    Ctrl-C, SIGTERM or SIGHUP (``stops``: their handler, see
-    :func:`~going_modular.training.runs.stop_signals`), and TrainingFailed after saving them
-    when training fails (e.g. the loss diverges).
-    """
-    stops = stops or runs.StopSignals()
-    utils.set_seeds(config.seed)
-    model, img_size, channels = parts.fitting_model(config)
-    device = utils.get_device() if ctx is None else ctx.device
-    if ctx is not None:
-        ranks.share_work(config, ctx)
-    with contextlib.ExitStack() as held:
-        ranks.on_main(
-            ctx, lambda: held.enter_context(locked_output_dir(config.output_dir))
-        )
-        if config.resumed is None:
-            current = _new_run(config, model, img_size, ctx)
-            with kept_if_stopped(current, ctx):
-                train_dl, test_dl, recipe = _prepare(
-                    config, current, channels, device, ctx
-                )
-        else:
-            current, train_dl, test_dl, recipe = _resumed_run(
-                config, model, img_size, channels, device, ctx
-            )
-        with kept_if_stopped(current, ctx):
-            results = engine.fit(
-                parts.prepare_model(model, config.compile),
-                train_dl,
-                test_dl,
-                recipe,
-                device=device,
-                checkpoint_dir=current.dir,
-                callbacks=[_finish_after(recipe.epochs, stops)],
-                distributed=ctx,
-            )
-        _save(config, current, results, stops, ctx)
-        return results
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    """Entry point of ``python -m going_modular.train`` and the ``vit-train`` command.
-
-    Exits with 2 on bad options, 1 when training fails (e.g. a NaN loss) and 128 + the
-    signal's number when stopped (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP), each with a
-    one-line message instead of a traceback (as the program, ``argv`` None, more stop
-    signals after the first are ignored until it has exited). ``BOOK_OFFLINE=1`` keeps
-    the data offline.
-    Under torchrun, bad options are reported by rank 0 alone (every rank exits with 2).
-    """
-    speaks = os.environ.get("RANK", "0") == "0"  # torchrun's rank 0, or no torchrun
-    parser = build_parser()
-    try:  # the BOOK_* switches the CLI reads, checked before anything is made
-        settings.apply_to_library()
-        settings.is_dry_run()
-    except ValueError as error:
-        with ranks.silenced(not speaks):
-            parser.error(str(error))
-    with ranks.silenced(not speaks):
-        args = parser.parse_args(argv)
-    try:
-        exiting = argv is None  # the program itself: it ends after this
-        with (
-            ranks.silenced(not speaks, stderr=False),
-            runs.stop_signals(exiting) as stops,
-        ):
-            config = configure(args)  # the options checked before the processes meet
-            run(config, stops, distributed.from_environment(config.dist_timeout))
-    except UsageError as error:
-        with ranks.silenced(not speaks):
-            parser.error(str(error))
-    except TrainingInterrupted as interrupted:
-        if str(interrupted):
-            print(interrupted, file=sys.stderr)
-        raise SystemExit(interrupted.exit_code) from None
-    except KeyboardInterrupt as interrupt:
-        if speaks:
-            print(
-                "Interrupted before training started; nothing was trained.",
-                file=sys.stderr,
-            )
-        raise SystemExit(runs.exit_code(interrupt)) from None
-    except (
-        TrainingFailed,
-        DownloadError,
-        FileNotFoundError,
-        data_setup.ImageDecodeError,
-    ) as error:
-        if str(error):
-            print(f"error: {error}", file=sys.stderr)
-        raise SystemExit(1) from None
-    finally:
-        distributed.shutdown()
+    options = {"num_classes": len(class_names), "img_size": args.img_size}
+    if args.model == "tinyvgg":
+        options["hidden_units"] = args.hidden_units
+    model = model_builder.build_model(args.model, **options).to(device)
+    results = engine.train(
+        model=model,
+        train_dataloader=train_dataloader,
+        test_dataloader=test_dataloader,
+        optimizer=torch.optim.Adam(model.parameters(), lr=args.learning_rate),
+        loss_fn=torch.nn.CrossEntropyLoss(),
+        epochs=args.epochs,
+        device=device,
+    )
+    utils.save_model(model, args.model_dir, f"{args.model}.pth")
+    return results
 
 
 if __name__ == "__main__":

@@ -1,27 +1,97 @@
-"""Small utilities: seeds, the device, channels-last weights, and model files.
+"""Small utilities, as the course has them: seeds, the device, and saving a model.
 
-:func:`set_seeds` and :func:`get_device` live in :mod:`going_modular.training.seeding`;
-:func:`prefer_channels_last` in :mod:`going_modular.training.speed`;
-:func:`save_model` and :func:`load_model` (files that know how to rebuild their model,
-checksummed) in :mod:`going_modular.training.model_files`. They are importable from here,
-as the course imports them.
+:func:`save_model` writes exactly what the course's does, the model's ``state_dict``, so
+the course's reload works unchanged::
+
+    utils.save_model(model, target_dir="models", model_name="tinyvgg.pth")
+    model.load_state_dict(torch.load("models/tinyvgg.pth"))
+
+Beside it goes ``tinyvgg.pth.json``: how to rebuild the model (for a model made by
+:func:`going_modular.models.build_model`), so :func:`load_model` can rebuild it by itself.
 """
 
 from __future__ import annotations
 
-from going_modular.training.model_files import (
-    CHECKPOINT_FORMAT,
-    load_model,
-    save_model,
-)
-from going_modular.training.seeding import get_device, set_seeds
-from going_modular.training.speed import prefer_channels_last
+import json
+import os
+import random
+import tempfile
+from pathlib import Path
 
-__all__ = [
-    "CHECKPOINT_FORMAT",
-    "get_device",
-    "load_model",
-    "prefer_channels_last",
-    "save_model",
-    "set_seeds",
-]
+import numpy as np
+import torch
+from torch import nn
+
+from going_modular.models import build_model
+
+__all__ = ["get_device", "load_model", "save_model", "set_seeds"]
+
+
+def set_seeds(seed: int = 42) -> None:
+    """Seed Python's, NumPy's and PyTorch's (CPU and CUDA) random number generators."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    torch.cuda.manual_seed_all(seed)
+
+
+def get_device() -> torch.device:
+    """``cuda`` when a GPU is present, else ``cpu``."""
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def _write_atomically(path: Path, write) -> None:
+    """``write(file)`` into a temporary file beside ``path``, then rename it into place:
+    an interrupted save leaves the previous file (or none), never half of one."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as file:
+            write(file)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def save_model(model: nn.Module, target_dir: str | Path, model_name: str) -> Path:
+    """Save ``model.state_dict()`` to ``target_dir/model_name`` (``.pt`` or ``.pth``).
+
+    Also writes ``model_name + ".json"`` beside it, recording how the model was built
+    when it was built by name. Returns the path of the weights.
+    """
+    if not model_name.endswith((".pt", ".pth")):
+        raise ValueError(
+            f"model_name should end with '.pt' or '.pth', got {model_name!r}."
+        )
+    target = Path(target_dir)
+    target.mkdir(parents=True, exist_ok=True)
+    path = target / model_name
+    print(f"[INFO] Saving model to: {path}")
+    state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+    _write_atomically(path, lambda file: torch.save(state, file))
+    about = {"build_config": getattr(model, "build_config", None)}
+    text = json.dumps(about, indent=1).encode()
+    _write_atomically(path.with_name(path.name + ".json"), lambda f: f.write(text))
+    return path
+
+
+def load_model(path: str | Path, model: nn.Module | None = None) -> nn.Module:
+    """Load weights saved by :func:`save_model` into ``model`` (on the CPU); without
+    ``model``, rebuild the one recorded beside the file."""
+    path = Path(path)
+    if model is None:
+        about = path.with_name(path.name + ".json")
+        config = (
+            json.loads(about.read_text()).get("build_config")
+            if about.exists()
+            else None
+        )
+        if not config:
+            raise ValueError(
+                f"{path} does not say which model it holds (no build_config in "
+                f"{about.name}): pass the model, load_model(path, MyModel(...))."
+            )
+        model = build_model(config["name"], **config["kwargs"])
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    model.load_state_dict(state)
+    return model

@@ -17,8 +17,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.patches import Circle, FancyBboxPatch  # noqa: E402
 
-from going_modular.book.diagrams import arrow, box  # noqa: E402
-from going_modular.book.style import COLUMN_INCHES, use_book_style  # noqa: E402
+from vitbook.book.diagrams import arrow, box  # noqa: E402
+from vitbook.book.style import COLUMN_INCHES, use_book_style  # noqa: E402
 
 __all__ = ["LAYERS", "RUN", "main"]
 
@@ -136,7 +136,7 @@ LAYERS = [
         ],
     ),
 ]
-# One run, `python -m going_modular.train --model cct_2_3x2 --dataset cifar10 --recipe cct`:
+# One run, `python -m vitbook.train --model cct_2_3x2 --dataset cifar10 --recipe cct`:
 # (what happens, the modules it happens in), in order.
 RUN = [
     ("parse and check the options: one config", ["train", "cli.options"]),
@@ -267,7 +267,7 @@ def _run_steps(ax: Axes, top: float) -> None:
     ax.text(
         0.12,
         top,
-        "One run: python -m going_modular.train --model cct_2_3x2 --dataset cifar10 "
+        "One run: python -m vitbook.train --model cct_2_3x2 --dataset cifar10 "
         "--recipe cct",
         fontsize=9.5,
         color=RED,

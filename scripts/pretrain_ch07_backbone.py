@@ -2,7 +2,7 @@
 
     OMP_NUM_THREADS=1 python scripts/pretrain_ch07_backbone.py --epochs 12 --threads 1
 
-trains the small hybrid ViT (:func:`going_modular.models.fashion_source.source_vit`) on
+trains the small hybrid ViT (:func:`vitbook.models.fashion_source.source_vit`) on
 the Fashion-MNIST classes outside ``--target`` (resuming from ``--checkpoint-dir`` after an
 interruption), then writes its float32 ``state_dict`` to
 ``going_modular/models/weights/ch07_fashion_source_vit.pt`` and a JSON record beside it: the
@@ -22,8 +22,8 @@ from pathlib import Path
 
 import torch
 
-from going_modular.models.fashion_source import WEIGHTS_FILE, file_sha256
-from going_modular.training.source_backbone import pretrain_source_backbone
+from vitbook.models.fashion_source import WEIGHTS_FILE, file_sha256
+from vitbook.training.source_backbone import pretrain_source_backbone
 
 
 def cpu_model() -> str:

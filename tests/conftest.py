@@ -11,7 +11,7 @@ def offline_and_isolated(monkeypatch, tmp_path):
     """The library offline and without test fixtures (its own switches, and BOOK_OFFLINE=1
     for the book and any subprocess) and a fresh data folder (the library's, and
     BOOK_DATA_DIR), unless a test changes them; the switches are restored afterwards."""
-    from going_modular.data import network, paths
+    from vitbook.data import network, paths
 
     was = network.is_offline(), network.uses_fixtures()
     places = paths.set_data_dir(tmp_path / "data"), paths.mirror()
@@ -32,7 +32,7 @@ def offline_and_isolated(monkeypatch, tmp_path):
 @pytest.fixture
 def online():
     """The library may use the network in this test (loopback servers only in tests)."""
-    from going_modular.data import network
+    from vitbook.data import network
 
     network.set_offline(False)
     yield
@@ -57,7 +57,7 @@ def dead_pid() -> int:
 @pytest.fixture(scope="session")
 def docstring_corpus():
     """The 4-class docstring stand-in for AG News, built once per session."""
-    from going_modular.data.standins import make_docstring_corpus
+    from vitbook.data.standins import make_docstring_corpus
 
     return make_docstring_corpus()
 
@@ -74,7 +74,7 @@ def photo():
 @pytest.fixture(scope="session")
 def texture_photos(tmp_path_factory):
     """The 3-class texture stand-in, made once per session."""
-    from going_modular.data.standins import make_texture_photos
+    from vitbook.data.standins import make_texture_photos
 
     return make_texture_photos(tmp_path_factory.mktemp("shared") / "texture_photos")
 
@@ -108,8 +108,8 @@ def signal_at_training_step(monkeypatch):
     import os
     import signal
 
-    from going_modular.cli import parts
-    from going_modular.training.runs import STOP_SIGNALS
+    from vitbook.cli import parts
+    from vitbook.training.runs import STOP_SIGNALS
 
     def arm(signum: int, step: int) -> None:
         build, calls = parts.build_model, []

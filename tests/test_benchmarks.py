@@ -8,9 +8,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from going_modular.data.gpu_augment import DeviceLoader
-from going_modular.engine import fit
-from going_modular.training.recipe import Recipe
+from vitbook.data.gpu_augment import DeviceLoader
+from vitbook.training.loop import fit
+from vitbook.training.recipe import Recipe
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from time_to_accuracy import Resuming  # noqa: E402

@@ -258,5 +258,5 @@ def test_tables_use_the_book_style(path):
             html = "".join(out.get("data", {}).get("text/html", ""))
             assert "<table" not in html or 'class="book-table"' in html, (
                 f"{path.name} cell {i}: show data frames with table(frame) "
-                "(going_modular.book.style): padded, no index column"
+                "(vitbook.book.style): padded, no index column"
             )

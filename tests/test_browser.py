@@ -48,9 +48,7 @@ CHROMIUM_FLAGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-MIN_FIGURE_SCALE = (
-    0.85  # figures are drawn to the 832 px column (going_modular.book.style)
-)
+MIN_FIGURE_SCALE = 0.85  # figures are drawn to the 832 px column (vitbook.book.style)
 # Display equations that may scroll sideways at 400 px, because they cannot be broken:
 # page -> the start of their TeX. Every other equation fits a phone's column.
 WIDE_EQUATIONS_AT_400: dict[str, tuple[str, ...]] = {}

@@ -1,4 +1,4 @@
-"""The ``python -m going_modular.train`` command, run in-process through ``train.main``
+"""The ``python -m vitbook.train`` command, run in-process through ``train.main``
 (one subprocess checks that the command itself starts)."""
 
 from __future__ import annotations
@@ -18,12 +18,12 @@ import tomllib
 import torch
 from torchvision import transforms
 
-from going_modular import cli, train, utils
-from going_modular.data import datasets, standins
-from going_modular.data.paths import data_dir, project_root
 from going_modular.models.registry import _REGISTRY
-from going_modular.training import runs
-from going_modular.training.checkpoint import save_checkpoint
+from vitbook import cli, train
+from vitbook.data import datasets, standins
+from vitbook.data.paths import data_dir, project_root
+from vitbook.training import model_files, runs
+from vitbook.training.checkpoint import save_checkpoint
 
 TINY = ["--model", "tinyvgg", "--dataset", "mnist", "--batch-size", "32"]
 
@@ -34,7 +34,7 @@ def _run_dirs(out: Path) -> list[Path]:
 
 
 def _checkpoint(path: Path) -> dict:
-    """What ``utils.save_model`` wrote (weights, build_config, class_names, extra)."""
+    """What ``model_files.save_model`` wrote (weights, build_config, class_names, extra)."""
     return torch.load(path, weights_only=True)
 
 
@@ -56,10 +56,10 @@ def no_plots(monkeypatch):
 
 
 def test_the_command_starts_and_lists_its_options():
-    """The one subprocess: ``python -m going_modular.train`` really runs (and so does the
+    """The one subprocess: ``python -m vitbook.train`` really runs (and so does the
     ``vit-train`` console script, which names the same function)."""
     out = subprocess.run(
-        [sys.executable, "-m", "going_modular.train", "--help"],
+        [sys.executable, "-m", "vitbook.train", "--help"],
         capture_output=True,
         text=True,
         check=True,
@@ -74,7 +74,7 @@ def test_the_command_starts_and_lists_its_options():
     ):
         assert option in out
     pyproject = tomllib.loads((project_root() / "pyproject.toml").read_text())
-    assert pyproject["project"]["scripts"]["vit-train"] == "going_modular.train:main"
+    assert pyproject["project"]["scripts"]["vit-train"] == "vitbook.train:main"
 
 
 def test_every_registered_model_is_a_choice():
@@ -263,10 +263,10 @@ def test_run_writes_checkpoint_results_and_curves(tmp_path, capsys):
     assert results["run_id"] == run.name and results["options"]["epochs"] == 2
     assert runs.pair_matches(run)
     assert (run / "loss_curves.png").read_bytes()[:4] == b"\x89PNG"
-    model = utils.load_model(run / "model.pth").eval()
+    model = model_files.load_model(run / "model.pth").eval()
     assert _checkpoint(run / "model.pth")["extra"]["img_size"] == 28
     x = torch.rand(3, 1, 28, 28)
-    again = utils.load_model(run / "model.pth").eval()
+    again = model_files.load_model(run / "model.pth").eval()
     assert torch.equal(model(x), again(x))
     assert "[STAND-IN] MNIST" in capsys.readouterr().out
 
@@ -313,7 +313,7 @@ def test_fashion_mnist_end_to_end_pads_for_a_patch_16_vit(
     image, _ = datasets.get_fashion_mnist(False, transforms.ToTensor(), pad_to_32=True)[
         0
     ]
-    assert utils.load_model(out / "model.pth")(image[None]).shape == (1, 10)
+    assert model_files.load_model(out / "model.pth")(image[None]).shape == (1, 10)
     results = json.loads((out / "results.json").read_text())
     assert results["status"] == "complete" and 0 <= results["test_acc"][0] <= 1
 
@@ -418,7 +418,7 @@ def test_a_stop_signal_saves_the_last_completed_epoch(
     (run,) = _run_dirs(out)
     assert capsys.readouterr().err.strip().splitlines()[-1] == (
         f"Interrupted during epoch 2: saved epoch 1's checkpoint and the results so far "
-        f"(marked interrupted) to {run}/. Continue with: python -m going_modular.train "
+        f"(marked interrupted) to {run}/. Continue with: python -m vitbook.train "
         f"--resume {run}"
     )
     results = json.loads((run / "results.json").read_text())
@@ -429,7 +429,7 @@ def test_a_stop_signal_saves_the_last_completed_epoch(
     assert checkpoint["extra"]["run_id"] == results["run_id"]
     assert runs.pair_matches(run) and (out / "latest").resolve() == run
     assert not (out / runs.LOCK).exists()
-    utils.load_model(run / "model.pth")
+    model_files.load_model(run / "model.pth")
 
 
 @pytest.mark.parametrize(
@@ -461,7 +461,7 @@ def test_cli_sigterm_then_resume_equals_an_uninterrupted_run(
     run = (out / "latest").resolve()
     assert stderr.strip().splitlines()[-1] == (
         f"Interrupted during epoch 3: saved epoch 2's checkpoint and the results so far "
-        f"(marked interrupted) to {run}/. Continue with: python -m going_modular.train "
+        f"(marked interrupted) to {run}/. Continue with: python -m vitbook.train "
         f"--resume {run}"
     )
     stopped = json.loads((run / "results.json").read_text())
@@ -521,7 +521,7 @@ def test_a_corrupt_image_in_a_later_epoch_keeps_the_finished_ones(
             victim.write_bytes(b"\xff\xd8 no jpeg")
 
     monkeypatch.setattr(
-        "going_modular.training.checkpoint.save_checkpoint", corrupt_after_epoch_1
+        "vitbook.training.checkpoint.save_checkpoint", corrupt_after_epoch_1
     )
     with pytest.raises(SystemExit) as info:
         train.main(_own(tiny_image_folder, out))
@@ -564,7 +564,7 @@ def test_a_full_disk_at_save_is_one_message_and_resume_finishes_the_save(
         f"error: No space left on device while writing {run / 'model.pth'}: free some "
         f"space (or fix the folder). Epoch 2's training state is in "
         f"{run / 'checkpoint.pth'}, but saving model.pth failed too (No space left on "
-        f"device). Continue with: python -m going_modular.train --resume {run}"
+        f"device). Continue with: python -m vitbook.train --resume {run}"
     )
     assert sorted(p.name for p in run.iterdir()) == ["checkpoint.pth", "results.json"]
     assert json.loads((run / "results.json").read_text())["status"] == "failed"

@@ -22,20 +22,21 @@ from pathlib import Path
 
 import pytest
 
-from going_modular.data.files import sha256_of
-from going_modular.training import runs
-from going_modular.training.checkpoint import CHECKPOINT_NAME, read_checkpoint
+from vitbook.data.files import sha256_of
+from vitbook.training import runs
+from vitbook.training.checkpoint import CHECKPOINT_NAME, read_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 N_TEST = 13  # odd: 7 test images on rank 0, 6 on rank 1
 EPOCHS = 3
-# A wrapper run by torchrun instead of `-m going_modular.train`: it writes its pid (for
+# A wrapper run by torchrun instead of `-m vitbook.train`: it writes its pid (for
 # the test that kills a rank) and sleeps PACE_S per training image, so that an epoch
 # lasts long enough to be interrupted (sleeping changes no number).
 PACED = """\
 import os, sys, time
 from pathlib import Path
-from going_modular import data_setup, train
+from going_modular import data_setup
+from vitbook import train
 
 Path(os.environ["PID_DIR"], "rank" + os.environ["RANK"]).write_text(str(os.getpid()))
 image_splits = data_setup.image_splits
@@ -95,7 +96,7 @@ def _launch(
 ) -> subprocess.Popen:
     """``torchrun --nproc_per_node=nproc`` (and ``launcher``'s options) of the CLI (or of
     ``script``), its output piped (or written to ``log``)."""
-    target = [str(script)] if script else ["-m", "going_modular.train"]
+    target = [str(script)] if script else ["-m", "vitbook.train"]
     command = [
         sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}",
         "--master_addr=127.0.0.1", f"--master_port={_free_port()}", *launcher,
@@ -214,7 +215,7 @@ def test_an_interrupted_run_resumes_under_as_many_processes(
     assert 1 <= stopped["epochs_completed"] < EPOCHS
 
     refused = subprocess.run(
-        [sys.executable, "-m", "going_modular.train", "--resume", str(run_dir)],
+        [sys.executable, "-m", "vitbook.train", "--resume", str(run_dir)],
         cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert refused.returncode == 2

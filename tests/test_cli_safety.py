@@ -18,11 +18,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from going_modular import engine, train
-from going_modular.book import settings
-from going_modular.data import network
-from going_modular.training import runs
-from going_modular.training.checkpoint import CHECKSUM_KEY, save_checkpoint
+from vitbook import train
+from vitbook.book import settings
+from vitbook.data import network
+from vitbook.training import runs
+from vitbook.training.checkpoint import CHECKSUM_KEY, save_checkpoint
+from vitbook.training.loop import RESULT_KEYS
 
 TINY = ["--model", "tinyvgg", "--dataset", "mnist", "--batch-size", "32"]
 
@@ -291,8 +292,8 @@ def test_a_second_signal_does_not_cut_the_save_of_the_first(
 
 _STORM = """
 import os, signal, sys, threading, time
-from going_modular import train
-from going_modular.cli import parts
+from vitbook import train
+from vitbook.cli import parts
 
 build, calls = parts.build_model, []
 
@@ -401,9 +402,9 @@ def test_the_dry_run_caps_the_clis_recipe(tmp_path, monkeypatch):
 
     def fit(model, train_data, test_data, recipe, **kwargs):
         seen.append(recipe)
-        return {key: [1.0] for key in engine.RESULT_KEYS}
+        return {key: [1.0] for key in RESULT_KEYS}
 
-    monkeypatch.setattr(engine, "fit", fit)
+    monkeypatch.setattr(train, "fit", fit)
     monkeypatch.setattr(runs.Run, "_plot", lambda self, results: None)
     monkeypatch.setenv("BOOK_DRY_RUN", "1")
     train.main([*TINY, "--epochs", "1", "--output-dir", str(tmp_path / "o")])

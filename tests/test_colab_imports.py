@@ -23,10 +23,12 @@ import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTERS = sorted((ROOT / "book").glob("[0-9][0-9]_*.ipynb"))
-PACKAGE_FILES = sorted((ROOT / "going_modular").rglob("*.py")) + [
-    ROOT / "helper_functions.py"
-]
-OWN_MODULES = {"going_modular", "helper_functions"}
+PACKAGE_FILES = (
+    sorted((ROOT / "going_modular").rglob("*.py"))
+    + sorted((ROOT / "vitbook").rglob("*.py"))
+    + [ROOT / "helper_functions.py"]
+)
+OWN_MODULES = {"going_modular", "vitbook", "helper_functions"}
 # Imported only inside functions that run in a Jupyter kernel (glue), which has IPython.
 KERNEL_MODULES = {"IPython"}
 # The setup cell's pip argument: f"git+{REPO_URL}" (the package and its dependencies) or
@@ -284,8 +286,8 @@ def test_a_chapter_without_the_setup_cell_cannot_import_the_package(tmp_path):
 @pytest.mark.parametrize(
     "uses_tracking",
     [
-        "from going_modular.training import tracking",
-        "from going_modular.training.tracking import fit_logged",
+        "from vitbook.training import tracking",
+        "from vitbook.training.tracking import fit_logged",
     ],
 )
 def test_using_tracking_needs_the_extra(tmp_path, uses_tracking):
@@ -297,9 +299,7 @@ def test_using_tracking_needs_the_extra(tmp_path, uses_tracking):
 
 
 def test_a_name_is_followed_through_re_exports_to_its_module():
-    assert defining_modules({"helper_functions.set_seeds"}) == {
-        "going_modular.training.seeding"
-    }
+    assert defining_modules({"helper_functions.set_seeds"}) == {"going_modular.utils"}
     assert defining_modules({"going_modular.models.build_model"}) == {
         "going_modular.models.registry"
     }

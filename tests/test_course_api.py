@@ -16,7 +16,7 @@ from torchvision import transforms
 from going_modular import data_setup, engine, utils
 from going_modular.models.tinyvgg import TinyVGG
 from going_modular.predictions import pred_and_plot_image
-from going_modular.training.plots import plot_loss_curves
+from vitbook.training.plots import plot_loss_curves
 
 PHOTOS = {"cat": photos.chelsea, "coffee": photos.coffee, "rocket": photos.rocket}
 

@@ -19,8 +19,8 @@ from dry_run_fixtures import dry_run_environment, make_cifar10, make_food_zip, s
 from nbclient import NotebookClient
 from torchvision.datasets import CIFAR10
 
-from going_modular.book import settings
-from going_modular.data import datasets, network, paths
+from vitbook.book import settings
+from vitbook.data import datasets, network, paths
 
 BOOK = Path(__file__).resolve().parents[1] / "book"
 CHAPTERS = sorted(BOOK.glob("[0-9][0-9]_*.ipynb"))
@@ -125,7 +125,7 @@ def test_food_zip_is_downloaded_from_the_mirror(tmp_path, monkeypatch, capsys):
 
 
 def test_vit_weights_fixture_loads_where_torchvision_looks(dry_run_env, monkeypatch):
-    from going_modular.models.pretrained import create_vit_feature_extractor
+    from vitbook.models.pretrained import create_vit_feature_extractor
 
     network.set_offline(dry_run_env["BOOK_OFFLINE"] == "1")
     network.set_fixtures(dry_run_env["BOOK_FIXTURES"] == "1")

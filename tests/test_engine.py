@@ -4,6 +4,7 @@ accuracy per sample, takes soft targets, calls back, stops on time and on diverg
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import time
 
@@ -15,13 +16,13 @@ from torchvision import transforms
 from torchvision.transforms import v2
 
 from going_modular import engine, utils
-from going_modular.data import datasets
 from going_modular.data.augment import MixUpCutMix
-from going_modular.engine import evaluate, fit, train_one_epoch
 from going_modular.models import build_model
-from going_modular.training import divergence, loop
-from going_modular.training.checkpoint import read_checkpoint
-from going_modular.training.recipe import Recipe, learning_rates
+from vitbook.data import datasets
+from vitbook.training import divergence, loop
+from vitbook.training.checkpoint import read_checkpoint
+from vitbook.training.loop import RESULT_KEYS, evaluate, fit
+from vitbook.training.recipe import Recipe, learning_rates
 
 
 def test_fit_reaches_90_percent_on_digits():
@@ -35,7 +36,7 @@ def test_fit_reaches_90_percent_on_digits():
     model = build_model("tinyvgg", num_classes=10, img_size=28, in_channels=1)
     recipe = Recipe(optimizer=torch.optim.Adam, lr=3e-3, epochs=4)
     results = fit(model, train_dl, test_dl, recipe, device="cpu", progress=False)
-    assert set(results) == set(engine.RESULT_KEYS)
+    assert set(results) == set(RESULT_KEYS)
     assert all(len(v) == 4 for v in results.values())
     assert results["steps"] == [len(train_dl)] * 4
     assert results["test_acc"][-1] >= 0.90
@@ -253,21 +254,15 @@ def test_a_warmup_cosine_run_needs_a_length():
 # One epoch, the loop fit runs.
 
 
-def test_train_one_epoch_caps_its_steps_and_steps_the_scheduler():
+def test_train_step_steps_the_scheduler_after_every_optimizer_step():
     model = _linear()
     calls = []
     model.register_forward_hook(lambda *args: calls.append(1))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, 1)
-    loss, acc = train_one_epoch(
-        model,
-        _toy_problem(),
-        nn.CrossEntropyLoss(),
-        optimizer,
-        "cpu",
-        scheduler=scheduler,
-        max_steps=2,
-        progress=False,
+    two_batches = itertools.islice(_toy_problem(), 2)
+    loss, acc = engine.train_step(
+        model, two_batches, nn.CrossEntropyLoss(), optimizer, "cpu", scheduler=scheduler
     )
     assert len(calls) == 2 and scheduler.last_epoch == 2
     assert loss > 0 and 0 <= acc <= 1
@@ -300,7 +295,7 @@ def test_callbacks_see_every_completed_epoch_and_one_can_stop_the_run():
 
 def test_without_test_data_only_training_is_recorded():
     results = fit(_linear(), _toy_problem(), None, Recipe(epochs=2), progress=False)
-    assert set(results) == {k for k in engine.RESULT_KEYS if not k.startswith("test")}
+    assert set(results) == {k for k in RESULT_KEYS if not k.startswith("test")}
     assert len(results["train_loss"]) == 2
 
 
@@ -355,14 +350,7 @@ def test_a_batch_of_one_image_is_skipped_for_a_batchnorm_model():
     assert results["steps"] == [2] and results["test_acc"][0] >= 0  # tests all 9
     alone = DataLoader(TensorDataset(x[:1], torch.zeros(1, dtype=torch.long)))
     with pytest.raises(ValueError, match="skips batches of a single image"):
-        train_one_epoch(
-            model,
-            alone,
-            nn.CrossEntropyLoss(),
-            torch.optim.SGD(model.parameters(), lr=0.1),
-            "cpu",
-            progress=False,
-        )
+        _fit(model, alone, lr=0.1, optimizer=torch.optim.SGD)
 
 
 # Divergence: NaN, infinity, explosion.

@@ -11,20 +11,20 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from going_modular.data.datasets import (
+from vitbook.data.datasets import (
     FASHION_MNIST_MEAN,
     FASHION_MNIST_STD,
     get_fashion_mnist,
 )
-from going_modular.data.download import DownloadError
-from going_modular.models.fashion_source import (
+from vitbook.data.download import DownloadError
+from vitbook.models.fashion_source import (
     WEIGHTS_FILE,
     file_sha256,
     load_fashion_source_backbone,
     source_backbone_record,
 )
-from going_modular.training import source_backbone
-from going_modular.training.speed import StepOptions
+from vitbook.training import source_backbone
+from vitbook.training.speed import StepOptions
 
 
 def test_shipped_file_matches_its_record():

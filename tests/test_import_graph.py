@@ -1,197 +1,167 @@
-"""The package's layers (issue 26), read from the source with ``ast``: arrows point down only.
+"""The two packages' rules, read from the source with ``ast``.
 
-book -> top-level course modules and the CLI -> training -> data / models. The library never
-reads the book (its module or its ``BOOK_*`` environment variables), a subpackage never
-imports a top-level module, and data and models never import training.
+``going_modular`` is the course's package: it never imports ``vitbook`` (the book's
+machinery) and reads no environment variable. Inside ``vitbook`` arrows point down only:
+book -> the command line -> training -> data, models; only ``vitbook.book`` reads ``BOOK_*``
+variables and ``CI``. Every dotted module path that a docstring, a message,
+a chapter or the README names exists.
 """
 
 from __future__ import annotations
 
 import ast
+import importlib
+import json
+import re
 from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[1] / "going_modular"
-TOP_LEVEL = {"data_setup", "engine", "utils", "predictions", "train", "cli"}
-# The command line: the entry point and its parts (the only modules besides going_modular/book/
-# that may import the book).
-CLI = {"train.py", *(f"cli/{p.name}" for p in (PACKAGE / "cli").glob("*.py"))}
-
-# Modules that still break a rule in this branch, each with what it still does. The lead
-# removes a mark once the helper owning the module has merged its fix (a strict xfail fails
-# as soon as the module obeys).
-STILL_BROKEN: dict[str, dict[str, str]] = {
-    "imports_book": {},
-    "reads_book_env": {},
-    "imports_top_level": {},
+ROOT = Path(__file__).resolve().parents[1]
+COURSE, BOOK = ROOT / "going_modular", ROOT / "vitbook"
+# vitbook's layers, lowest first: a module may import its own layer and those below.
+LAYERS = {"data": 0, "models": 0, "training": 1, "cli": 2, "train.py": 2, "book": 3}
+# Imports that still point up, each with why; the test fails once one is gone, so that
+# this list only shrinks. The command line still takes the dry run's step caps and the
+# offline switch from the book's settings (BOOK_DRY_RUN, BOOK_OFFLINE).
+STILL_UPWARD = {
+    "cli/parts.py": {"vitbook.book", "vitbook.book.settings"},
+    "train.py": {"vitbook.book", "vitbook.book.settings"},
 }
 
 
-def _modules() -> list[str]:
-    return sorted(
-        p.relative_to(PACKAGE).as_posix()
-        for p in PACKAGE.rglob("*.py")
-        if "__pycache__" not in p.parts
-    )
+def _sources(package: Path) -> list[Path]:
+    return sorted(p for p in package.rglob("*.py") if "__pycache__" not in p.parts)
 
 
-def _tree(module: str) -> ast.Module:
-    return ast.parse((PACKAGE / module).read_text(), filename=module)
-
-
-def _package_of(module: str) -> str:
-    """``going_modular.data.gpu_augment`` for ``data/gpu_augment/ops.py``; for resolving
-    relative imports."""
-    parts = ["going_modular", *Path(module).parts[:-1]]
-    return ".".join(parts)
-
-
-def imported(module: str) -> set[str]:
-    """Every module name ``module`` imports (``from a import b`` gives ``a`` and ``a.b``),
-    at any depth, including imports under ``if TYPE_CHECKING`` and inside functions."""
+def imported(path: Path) -> set[str]:
+    """Every absolute module name ``path`` imports, at any depth (functions included)."""
     names = set()
-    for node in ast.walk(_tree(module)):
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                package = _package_of(module).split(".")
-                package = package[: len(package) - node.level + 1]
-                base = ".".join([*package, base] if base else package)
-            names.add(base)
-            names.update(f"{base}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
     return names
 
 
-def _string(node: ast.AST, constants: dict[str, str]) -> str | None:
-    if isinstance(node, ast.Constant) and isinstance(node.value, str):
-        return node.value
-    if isinstance(node, ast.Name):
-        return constants.get(node.id)
-    return None
-
-
-def _is_environ(node: ast.AST) -> bool:
-    """``os.environ`` or a bare ``environ``."""
-    return (isinstance(node, ast.Attribute) and node.attr == "environ") or (
-        isinstance(node, ast.Name) and node.id == "environ"
-    )
-
-
-def environment_names(module: str) -> set[str]:
-    """The environment variables ``module`` reads or writes: ``os.environ[...]``,
-    ``os.environ.get/pop/setdefault(...)``, ``os.getenv(...)``, ``... in os.environ``,
-    with the name given as a string or a module-level string constant."""
-    tree = _tree(module)
-    constants = {
-        target.id: node.value.value
-        for node in tree.body
-        if isinstance(node, ast.Assign)
-        and isinstance(node.value, ast.Constant)
-        and isinstance(node.value.value, str)
-        for target in node.targets
-        if isinstance(target, ast.Name)
-    }
-    keys = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Subscript) and _is_environ(node.value):
-            keys.append(node.slice)
-        elif isinstance(node, ast.Call) and node.args:
-            func = node.func
-            getenv = isinstance(func, ast.Attribute | ast.Name) and (
-                getattr(func, "attr", None) == "getenv"
-                or getattr(func, "id", None) == "getenv"
-            )
-            environ_method = isinstance(func, ast.Attribute) and _is_environ(func.value)
-            if getenv or environ_method:
-                keys.append(node.args[0])
-        elif isinstance(node, ast.Compare) and any(
-            _is_environ(c) for c in node.comparators
+def environment_reads(path: Path) -> set[str]:
+    """The names of the environment variables ``path`` reads (``os.environ[...]``,
+    ``os.environ.get(...)``, ``os.getenv(...)``), or ``"?"`` for a name it computes."""
+    reads = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        key = None
+        if isinstance(node, ast.Subscript) and ast.unparse(node.value) == "os.environ":
+            key = node.slice
+        elif isinstance(node, ast.Call) and ast.unparse(node.func) in (
+            "os.environ.get",
+            "os.getenv",
         ):
-            keys.append(node.left)
-    return {name for key in keys if (name := _string(key, constants)) is not None}
+            key = node.args[0] if node.args else None
+        if key is not None:
+            reads.add(key.value if isinstance(key, ast.Constant) else "?")
+    return reads
 
 
-def _cases(rule: str, modules: list[str]) -> list:
-    broken = STILL_BROKEN[rule]
-    return [
-        pytest.param(
-            m,
-            marks=pytest.mark.xfail(
-                strict=True, reason=f"{m} still breaks the rule: {broken[m]}"
-            ),
-        )
-        if m in broken
-        else m
-        for m in modules
-    ]
+@pytest.mark.parametrize("path", _sources(COURSE), ids=lambda p: p.name)
+def test_the_course_package_never_imports_the_book_package(path):
+    assert not {n for n in imported(path) if n.split(".")[0] == "vitbook"}
 
 
-LIBRARY = [m for m in _modules() if not m.startswith("book/")]
-SUBPACKAGES = [
-    m for m in _modules() if m.split("/")[0] in ("models", "data", "training")
-]
+@pytest.mark.parametrize("path", _sources(COURSE), ids=lambda p: p.name)
+def test_the_course_package_reads_no_environment_variable(path):
+    assert not environment_reads(path)
+
+
+def _layer(path: Path) -> int:
+    first = path.relative_to(BOOK).parts[0]
+    return LAYERS.get(first, -1)
 
 
 @pytest.mark.parametrize(
-    "module", _cases("imports_book", [m for m in LIBRARY if m not in CLI])
+    "path", [p for p in _sources(BOOK) if _layer(p) >= 0], ids=lambda p: p.name
 )
-def test_the_library_never_imports_the_book(module):
-    assert not any(
-        name == "going_modular.book" or name.startswith("going_modular.book.")
-        for name in imported(module)
+def test_the_book_package_imports_only_downward(path):
+    above = {
+        name
+        for name in imported(path)
+        if name.split(".")[0] == "vitbook"
+        and len(name.split(".")) > 1
+        and LAYERS.get(name.split(".")[1], LAYERS.get(name.split(".")[1] + ".py", -1))
+        > _layer(path)
+    }
+    assert above == STILL_UPWARD.get(path.relative_to(BOOK).as_posix(), set())
+
+
+@pytest.mark.parametrize("path", _sources(BOOK), ids=lambda p: p.name)
+def test_only_the_book_part_reads_book_variables_and_ci(path):
+    if path.relative_to(BOOK).parts[0] != "book":
+        reads = environment_reads(path)
+        assert not {r for r in reads if r in ("?", "CI") or r.startswith("BOOK_")}
+
+
+def test_the_checks_can_fail():
+    """The rules above see an import, an import inside a function and a read."""
+    source = ROOT / "tests" / "test_import_graph.py"
+    assert "importlib" in imported(source)
+    sample = Path(__file__).with_name("_probe_import_graph.py")
+    sample.write_text(
+        "import os\ndef f():\n    from vitbook.book import settings\n"
+        "    return os.environ.get('BOOK_OFFLINE'), os.getenv('CI')\n"
     )
+    try:
+        assert "vitbook.book" in imported(sample)
+        assert environment_reads(sample) == {"BOOK_OFFLINE", "CI"}
+    finally:
+        sample.unlink()
 
 
-@pytest.mark.parametrize("module", _cases("reads_book_env", LIBRARY))
-def test_only_the_book_reads_book_variables(module):
-    assert not {n for n in environment_names(module) if n.startswith("BOOK_")}
+# Stale names: every dotted path the project names must import.
+DOTTED = re.compile(r"\b(?:going_modular|vitbook)(?:\.[A-Za-z_]\w*)+")
 
 
-@pytest.mark.parametrize("module", _cases("imports_top_level", SUBPACKAGES))
-def test_subpackages_never_import_the_top_level_modules(module):
-    top = {f"going_modular.{name}" for name in TOP_LEVEL}
-    assert (
-        not {  # also ``from going_modular import utils`` and the cli/ package's modules
-            name
-            for name in imported(module)
-            if name in top or name.startswith("going_modular.cli.")
+def _texts() -> dict[str, str]:
+    texts = {}
+    for path in [*_sources(COURSE), *_sources(BOOK), *sorted(ROOT.glob("*.py"))]:
+        texts[str(path.relative_to(ROOT))] = path.read_text()
+    for path in [ROOT / "README.md", *sorted((ROOT / "book").glob("*.md"))]:
+        texts[str(path.relative_to(ROOT))] = path.read_text()
+    for path in sorted((ROOT / "book").glob("[0-9][0-9]_*.ipynb")):
+        cells = json.loads(path.read_text())["cells"]
+        texts[path.name] = "\n".join("".join(c["source"]) for c in cells)
+    return texts
+
+
+def resolves(dotted: str) -> bool:
+    """Whether ``dotted`` is a module, or an attribute reached from the longest module."""
+    parts = dotted.split(".")
+    for k in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:k]))
+        except ImportError:
+            continue
+        for name in parts[k:]:
+            if not hasattr(obj, name):
+                return False
+            obj = getattr(obj, name)
+        return True
+    return False
+
+
+def test_every_dotted_name_the_project_gives_exists():
+    stale = sorted(
+        {
+            f"{where}: {name}"
+            for where, text in _texts().items()
+            for name in DOTTED.findall(text)
+            if not resolves(name.rstrip("."))
         }
     )
+    assert not stale, "\n".join(stale)
 
 
-@pytest.mark.parametrize(
-    "module", [m for m in SUBPACKAGES if m.split("/")[0] in ("data", "models")]
-)
-def test_data_and_models_never_import_training(module):
-    assert not any(
-        name == "going_modular.training" or name.startswith("going_modular.training.")
-        for name in imported(module)
-    )
-
-
-def test_the_rules_see_what_they_look_for(tmp_path, monkeypatch):
-    """The parsers find each kind of import and environment read (else the rules pass
-    vacuously)."""
-    source = (
-        "import os\nfrom os import environ\nfrom going_modular.book import settings\n"
-        "from .. import utils\nVAR = 'BOOK_X'\n"
-        "def f():\n    from going_modular.training import recipe\n"
-        "    return (os.environ.get(VAR), os.getenv('BOOK_Y'), environ['BOOK_Z'],\n"
-        "            'BOOK_W' in os.environ, os.environ.setdefault('HOME', ''))\n"
-    )
-    (tmp_path / "data").mkdir()
-    (tmp_path / "data" / "probe.py").write_text(source)
-    monkeypatch.setattr(f"{__name__}.PACKAGE", tmp_path)
-    names = imported("data/probe.py")
-    assert {"going_modular.book.settings", "going_modular.utils"} <= names
-    assert "going_modular.training.recipe" in names
-    assert environment_names("data/probe.py") == {
-        "BOOK_X",
-        "BOOK_Y",
-        "BOOK_Z",
-        "BOOK_W",
-        "HOME",
-    }
+def test_a_stale_name_is_caught():
+    assert resolves("going_modular.engine.train_step")
+    assert not resolves("going_modular.engine.fit")
+    assert not resolves("going_modular." + "datasets.get_food_data")  # moved long ago

@@ -15,8 +15,8 @@ import pytest
 
 import going_modular
 import helper_functions
-from going_modular.data import network
-from going_modular.data.download import DownloadError
+from vitbook.data import network
+from vitbook.data.download import DownloadError
 
 PACKAGE = Path(going_modular.__file__).parent
 ROOT = PACKAGE.parent
@@ -157,8 +157,8 @@ def defines(module: str, name: str) -> bool:
 def test_defines_tells_the_home_of_a_name_from_a_re_export():
     assert defines("going_modular.models.registry", "build_model")
     assert not defines("going_modular.models", "build_model")  # re-exported there
-    assert defines("going_modular.book.settings", "DRY_RUN_STEPS")
-    assert defines("going_modular.data.text_data", "UNK_ID")  # PAD_ID, UNK_ID = 0, 1
+    assert defines("vitbook.book.settings", "DRY_RUN_STEPS")
+    assert defines("vitbook.data.text_data", "UNK_ID")  # PAD_ID, UNK_ID = 0, 1
     assert not defines("helper_functions", "set_seeds")
 
 

@@ -13,7 +13,7 @@ from torchvision import transforms  # noqa: E402
 
 from going_modular import predictions  # noqa: E402
 from going_modular.models import build_model  # noqa: E402
-from going_modular.training import plots  # noqa: E402
+from vitbook.training import plots  # noqa: E402
 
 
 class _AlwaysSecond(nn.Module):
@@ -88,7 +88,7 @@ def test_tinyvgg_needs_a_real_image_size():
 def test_tensor_to_image_undoes_per_channel_normalisation():
     gray = torch.rand(1, 8, 8).expand(3, 8, 8)
     normalise = transforms.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])
-    image = plots.tensor_to_image(normalise(gray))
+    image = predictions.tensor_to_image(normalise(gray))
     assert image.shape == (8, 8, 3)
     assert image.min() >= 0 and image.max() <= 1
     assert torch.allclose(

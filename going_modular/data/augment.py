@@ -4,7 +4,7 @@ Hassani et al., "Escaping the Big Data Paradigm with Compact Transformers" (2021
 their small transformers from scratch on CIFAR with strong regularisation rather than more
 data. This module rebuilds the data side of the two recipes of the reference code
 (SHI-Labs/Compact-Transformers) from the same library pieces the reference used; their
-hyper-parameters are in :mod:`going_modular.cct_recipes`.
+hyper-parameters are in :mod:`vitbook.training.cct_recipes`.
 
 * :func:`cifar_train_transform` / :func:`cifar_test_transform`: per-image transforms. The
   300-epoch recipe is timm's: ``RandomResizedCropAndInterpolation``, a flip, timm's RandAugment

@@ -13,11 +13,7 @@ module             contents
 ``text_cct``       the text CCT (``TextCCT``, ``text_cct_2``, ``text_cct_4``, ``text_cct_6``;
                    not registered: they read token ids)
 ``vitbn``          the BatchNorm ViTs of chapter 12 (``vitbn_vit``, ``vitbn_ffn``, ``vitbn``)
-``pretrained``     torchvision's pretrained ViT-B/16 as a frozen feature extractor
 ``tinyvgg``        the CNN of chapter 0
-``complexity``     ``count_params``, ``count_macs``, ``fvcore_flops``
-``convert``        key maps and loaders for weights saved under other names: torchvision's ViT,
-                   ``nn.TransformerEncoderLayer``, the CCT authors' checkpoints
 ``checks``         the argument checks the models share
 ``registry``       ``build_model``, ``list_models``, ``register_model``
 =================  =============================================================================
@@ -43,7 +39,6 @@ final norm.
 
 from going_modular.models import (
     cct_variants,  # noqa: F401  (registers the CCT, CVT and ViT-Lite factories)
-    pretrained,  # noqa: F401  (registers its factory)
     tinyvgg,  # noqa: F401  (registers its factory)
     vit,  # noqa: F401  (registers its factories)
     vitbn,  # noqa: F401  (registers its factories)

@@ -23,7 +23,7 @@ Attention maps come from :func:`record_attention`, a context manager that makes 
 :func:`explicit_attention` computes it the same way without keeping it (a faster step for some
 models and processors, measured by ``training.speed.fastest_step``).
 :func:`conv_output_size` and :func:`sinusoidal_embedding` are the small helpers the models
-share. Weights saved under other names load with ``going_modular.models.convert``.
+share. Weights saved under other names load with ``vitbook.models.convert``.
 """
 
 from __future__ import annotations

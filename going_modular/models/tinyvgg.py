@@ -25,22 +25,24 @@ def vgg_block(in_channels: int, out_channels: int) -> nn.Sequential:
 class TinyVGG(nn.Module):
     """Two VGG-style blocks (conv, ReLU, conv, ReLU, max-pool) and a linear ``head``.
 
-    Each block halves the image, so the head sees ``hidden_units * (img_size // 4) ** 2``
-    features: ``img_size`` must be the size of the images the model will see.
+    The arguments are the course's: ``input_shape`` (input channels), ``hidden_units``
+    and ``output_shape`` (classes). Each block halves the image, so the head sees
+    ``hidden_units * (img_size // 4) ** 2`` features: ``img_size`` must be the size of the
+    images the model will see.
     """
 
     def __init__(
         self,
-        in_channels: int = 3,
+        input_shape: int = 3,
         hidden_units: int = 16,
-        num_classes: int = 3,
+        output_shape: int = 3,
         img_size: int = 64,
     ):
         super().__init__()
         check_sizes(
-            in_channels=in_channels,
+            input_shape=input_shape,
             hidden_units=hidden_units,
-            num_classes=num_classes,
+            output_shape=output_shape,
             img_size=img_size,
         )
         if img_size < 4:
@@ -48,11 +50,11 @@ class TinyVGG(nn.Module):
                 f"TinyVGG needs images of at least 4x4 pixels, got {img_size}."
             )
         self.features = nn.Sequential(
-            vgg_block(in_channels, hidden_units),
+            vgg_block(input_shape, hidden_units),
             vgg_block(hidden_units, hidden_units),
         )
         self.head = nn.Sequential(
-            nn.Flatten(), nn.Linear(hidden_units * (img_size // 4) ** 2, num_classes)
+            nn.Flatten(), nn.Linear(hidden_units * (img_size // 4) ** 2, output_shape)
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -1,4 +1,4 @@
-"""Tests for going_modular.book.attention_maps: shapes, known values and hand-computed cases."""
+"""Tests for vitbook.book.attention_maps: shapes, known values and hand-computed cases."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import math
 import pytest
 import torch
 
-from going_modular.book.attention_maps import (
+from going_modular.models import build_model
+from vitbook.book.attention_maps import (
     attention_rollout,
     class_token_attention,
     mean_attention_distance,
@@ -17,7 +18,6 @@ from going_modular.book.attention_maps import (
     rollout_class_map,
     similarity_mosaic,
 )
-from going_modular.models import build_model
 
 
 def random_maps(layers=3, batch=2, heads=4, grid=3, seed=0) -> list[torch.Tensor]:

@@ -1,4 +1,4 @@
-"""going_modular.book.diagrams: the block diagrams of chapters 1 and 4."""
+"""vitbook.book.diagrams: the block diagrams of chapters 1 and 4."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
-from going_modular.book.diagrams import (  # noqa: E402
+from vitbook.book.diagrams import (
     EQUATION_COLOURS,
     draw_encoder_block,
     draw_vit_overview,

@@ -18,11 +18,15 @@ import pytest
 import torch
 from PIL import Image
 
-from going_modular.book.attention_maps import (
+from going_modular.models.cct_variants import cct_7_3x1
+from going_modular.models.layers import collect_attention, sinusoidal_embedding
+from going_modular.models.registry import build_model
+from going_modular.models.vit import vit_tiny
+from vitbook.book.attention_maps import (
     attention_rollout,
     position_embedding_similarity,
 )
-from going_modular.book.explorers import (
+from vitbook.book.explorers import (
     PAPER_PRESETS,
     Explorer,
     attention_explorer,
@@ -31,13 +35,9 @@ from going_modular.book.explorers import (
     schedule_explorer,
     size_calculator,
 )
-from going_modular.book.self_check import self_check
-from going_modular.models.cct_variants import cct_7_3x1
-from going_modular.models.complexity import count_macs, count_params
-from going_modular.models.layers import collect_attention, sinusoidal_embedding
-from going_modular.models.registry import build_model
-from going_modular.models.vit import vit_tiny
-from going_modular.training.optim import warmup_cosine_schedule
+from vitbook.book.self_check import self_check
+from vitbook.models.complexity import count_macs, count_params
+from vitbook.training.optim import warmup_cosine_schedule
 
 
 def _bytes(b64: str, *shape: int) -> np.ndarray:
@@ -63,7 +63,7 @@ def test_html_is_offline_and_small(vit):
         patch_explorer(torch.rand(3, 32, 32), (8, 16), {"learned": vit.pos_embed}),
         attention_explorer(vit, torch.rand(1, 3, 32, 32)),
     ]
-    script = files("going_modular.book").joinpath("explorers.js").read_text()
+    script = files("vitbook.book").joinpath("explorers.js").read_text()
     assert len(script.encode()) < 24_000  # the script each explorer inlines
     assert not re.search(
         r"https?:|fetch\(|XMLHttpRequest|import\(|\.src = (?!src)", script
@@ -98,7 +98,7 @@ def test_calculator_presets_describe_the_registered_models(label):
 def test_script_formulas_equal_the_package_in_node():
     configs = size_calculator().data["presets"]
     settings = [(0, 10, 0.0), (3.5, 20, 0.1), (100, 1000, 0.01)]
-    script = files("going_modular.book").joinpath("explorers.js").read_text()
+    script = files("vitbook.book").joinpath("explorers.js").read_text()
     program = (
         f"window = {{}};\n{script}\nconst X = window.VitExplorers;\n"
         f"const sizes = Object.fromEntries(Object.entries({json.dumps(configs)})"

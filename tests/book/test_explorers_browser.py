@@ -17,7 +17,11 @@ import pytest
 import torch
 from test_browser import _chromium, _missing, offline_chromium
 
-from going_modular.book.explorers import (
+from going_modular.models.cct_variants import cct_7_3x1
+from going_modular.models.layers import sinusoidal_embedding
+from going_modular.models.registry import build_model
+from going_modular.models.vit import vit_tiny
+from vitbook.book.explorers import (
     PAPER_PRESETS,
     attention_explorer,
     explorer_page,
@@ -26,13 +30,9 @@ from going_modular.book.explorers import (
     schedule_explorer,
     size_calculator,
 )
-from going_modular.book.self_check import self_check
-from going_modular.models.cct_variants import cct_7_3x1
-from going_modular.models.complexity import count_macs, count_params
-from going_modular.models.layers import sinusoidal_embedding
-from going_modular.models.registry import build_model
-from going_modular.models.vit import vit_tiny
-from going_modular.training.optim import warmup_cosine_schedule
+from vitbook.book.self_check import self_check
+from vitbook.models.complexity import count_macs, count_params
+from vitbook.training.optim import warmup_cosine_schedule
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""going_modular.book.glue writes exactly the output myst_nb.glue writes (the book build reads
+"""vitbook.book.glue writes exactly the output myst_nb.glue writes (the book build reads
 it), without importing myst-nb."""
 
 import subprocess
@@ -14,7 +14,7 @@ from IPython.utils.capture import capture_output
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from going_modular.book.glue import GLUE_PREFIX, glue  # noqa: E402
+from vitbook.book.glue import GLUE_PREFIX, glue  # noqa: E402
 
 myst_glue = pytest.importorskip("myst_nb.ext.glue")
 
@@ -62,7 +62,7 @@ def test_prefix_is_myst_nbs():
 
 def test_glue_does_not_import_myst_nb():
     code = (
-        "import sys; from going_modular.book.glue import glue; "
+        "import sys; from vitbook.book.glue import glue; "
         "glue('a', 1); assert 'myst_nb' not in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -1,4 +1,4 @@
-"""going_modular.book.reference: the chapters' check against a reference implementation."""
+"""vitbook.book.reference: the chapters' check against a reference implementation."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from going_modular.book.reference import agree, randomize_vectors_
+from vitbook.book.reference import agree, randomize_vectors_
 
 
 def test_agree_accepts_float32_rounding_and_refuses_a_real_difference():

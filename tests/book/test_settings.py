@@ -2,9 +2,9 @@
 
 import pytest
 
-from going_modular.book import settings
-from going_modular.data import datasets, network, paths
-from going_modular.training import tracking
+from vitbook.book import settings
+from vitbook.data import datasets, network, paths
+from vitbook.training import tracking
 
 
 @pytest.fixture(autouse=True)

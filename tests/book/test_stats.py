@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from going_modular.book import settings, stats
+from vitbook.book import settings, stats
 
 
 @pytest.fixture(autouse=True)

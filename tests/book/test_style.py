@@ -1,4 +1,4 @@
-"""going_modular.book.style: the book's figure style, figure sizes, image grids and tables."""
+"""vitbook.book.style: the book's figure style, figure sizes, image grids and tables."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 from PIL import Image  # noqa: E402
 
-from going_modular.book.style import (  # noqa: E402
+from vitbook.book.style import (
     BOOK_STYLE,
     COLUMN_INCHES,
     figsize,

@@ -12,19 +12,19 @@ import pytest
 import torch
 from PIL import Image
 
-from going_modular.book import widgets
-from going_modular.book.attention_maps import (
+from going_modular.models.cct_variants import CCT, cct_7_3x1
+from going_modular.models.layers import collect_attention, sinusoidal_embedding
+from going_modular.models.registry import build_model
+from going_modular.models.vit import ViT, vit_tiny
+from vitbook.book import widgets
+from vitbook.book.attention_maps import (
     attention_rollout,
     overlay,
     position_embedding_similarity,
 )
-from going_modular.book.explorers import PAPER_PRESETS, size_calculator, unit_range
-from going_modular.models.cct_variants import CCT, cct_7_3x1
-from going_modular.models.complexity import count_macs, count_params
-from going_modular.models.layers import collect_attention, sinusoidal_embedding
-from going_modular.models.registry import build_model
-from going_modular.models.vit import ViT, vit_tiny
-from going_modular.training.optim import warmup_cosine_schedule
+from vitbook.book.explorers import PAPER_PRESETS, size_calculator, unit_range
+from vitbook.models.complexity import count_macs, count_params
+from vitbook.training.optim import warmup_cosine_schedule
 
 ipywidgets = pytest.importorskip("ipywidgets")
 

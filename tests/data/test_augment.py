@@ -31,7 +31,7 @@ from going_modular.data.augment import (
     cifar_test_transform,
     cifar_train_transform,
 )
-from going_modular.training.cct_recipes import CCT_CIFAR_200, CCT_CIFAR_300
+from vitbook.training.cct_recipes import CCT_CIFAR_200, CCT_CIFAR_300
 
 
 def _pil(size: int = 32, seed: int = 0, channels: int = 3) -> Image.Image:

@@ -1,4 +1,4 @@
-"""going_modular.data.datasets: each getter's real data, its stand-in offline or after a failed
+"""vitbook.data.datasets: each getter's real data, its stand-in offline or after a failed
 download, and the errors without a fallback (Fashion-MNIST: test_fashion_mnist_sources.py)."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import pytest
 import torch
 from torchvision import transforms
 
-from going_modular.data import datasets, paths
-from going_modular.data.download import DownloadError
+from vitbook.data import datasets, paths
+from vitbook.data.download import DownloadError
 
 
 def test_food_data_offline_uses_stand_in(capsys):

@@ -17,9 +17,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from going_modular.data import archives
-from going_modular.data.download import DownloadError, download_data
-from going_modular.data.files import sha256_of
+from vitbook.data import archives
+from vitbook.data.download import DownloadError, download_data
+from vitbook.data.files import sha256_of
 
 
 def _zip(members: dict[str, bytes]) -> bytes:
@@ -238,7 +238,7 @@ def test_unreachable_host_names_the_cause(online, tmp_path):
 def test_offline_refuses_before_touching_the_network(server, tmp_path):
     with pytest.raises(
         DownloadError,
-        match=r"offline \(going_modular\.data\.network\.set_offline\(True\)",
+        match=r"offline \(vitbook\.data\.network\.set_offline\(True\)",
     ):
         download_data(f"{server}/good.zip", "food", data_dir=tmp_path)
     assert _leftovers(tmp_path) == []

@@ -1,4 +1,4 @@
-"""Where Fashion-MNIST comes from on a fresh machine (going_modular.data.datasets): in order,
+"""Where Fashion-MNIST comes from on a fresh machine (vitbook.data.datasets): in order,
 the data folder, Debian's installed package, Debian's package downloaded without root, and
 torchvision's download, each verified by SHA-256; with none, one line saying what to run.
 
@@ -19,8 +19,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from going_modular.data import datasets, network, paths, standins
-from going_modular.data.download import DownloadError
+from vitbook.data import (
+    datasets,
+    network,
+    paths,
+    standins,
+)
+from vitbook.data.download import DownloadError
 
 NAMES = tuple(datasets.FASHION_MNIST_SHA256)
 
@@ -254,7 +259,7 @@ def test_prepare_command_fails_fast_with_one_line(tmp_path):
         [
             sys.executable,
             "-m",
-            "going_modular.data.datasets",
+            "vitbook.data.datasets",
             "--prepare",
             "fashion-mnist",
             "--offline",

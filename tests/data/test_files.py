@@ -1,4 +1,4 @@
-"""going_modular.data.files: atomic files and folders, and only this code's stale temporaries."""
+"""vitbook.data.files: atomic files and folders, and only this code's stale temporaries."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import stat
 
 import pytest
 
-from going_modular.data import files
+from vitbook.data import files
 
 
 def test_atomic_write_replaces_whole_or_not_at_all(tmp_path):

@@ -1,4 +1,4 @@
-"""going_modular.data.gpu_augment: whole pipelines against the CPU recipes (shapes, dtypes,
+"""vitbook.data.gpu_augment: whole pipelines against the CPU recipes (shapes, dtypes,
 statistics, MixUp/CutMix labels), the loader, and the CLI flag."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import pytest
 import torch
 from PIL import Image
 
-from going_modular import train
+from vitbook import train
 from going_modular.data import augment
-from going_modular.data import gpu_augment as G
-from going_modular.training.cct_recipes import CCT_CIFAR_200, CCT_CIFAR_300
+from vitbook.data import gpu_augment as G
+from vitbook.training.cct_recipes import CCT_CIFAR_200, CCT_CIFAR_300
 
 SIZE = 32
 

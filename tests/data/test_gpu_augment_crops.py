@@ -1,4 +1,4 @@
-"""going_modular.data.gpu_augment.crops: the crops against PIL's crop and resize, and the boxes,
+"""vitbook.data.gpu_augment.crops: the crops against PIL's crop and resize, and the boxes,
 offsets and erased areas against the ones torchvision's and timm's transforms draw."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from timm.data import RandomResizedCropAndInterpolation
 from timm.data.random_erasing import RandomErasing
 from torchvision.transforms import v2
 
-from going_modular.data.gpu_augment import crops as crops
-from going_modular.training.cct_recipes import CCT_CIFAR_200, CCT_CIFAR_300
+from vitbook.data.gpu_augment import crops as crops
+from vitbook.training.cct_recipes import CCT_CIFAR_200, CCT_CIFAR_300
 
 SIZE = 32
 

@@ -1,4 +1,4 @@
-"""going_modular.data.gpu_augment.ops: each batched operation against the PIL operation the CPU
+"""vitbook.data.gpu_augment.ops: each batched operation against the PIL operation the CPU
 recipe calls (same image, same argument), and the two ways of applying them per image."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import torch
 from PIL import Image
 from timm.data import auto_augment as aa
 
-from going_modular.data.gpu_augment import ops as ops
-from going_modular.data.gpu_augment.policies import AutoAugment, RandAugment
+from vitbook.data.gpu_augment import ops as ops
+from vitbook.data.gpu_augment.policies import AutoAugment, RandAugment
 
 SIZE = 32
 

@@ -1,4 +1,4 @@
-"""going_modular.data.gpu_augment.policies: the operations and arguments each policy draws against
+"""vitbook.data.gpu_augment.policies: the operations and arguments each policy draws against
 the ones the CPU recipe's own transforms draw (recorded from them, fixed seeds)."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from PIL import Image
 from timm.data import auto_augment as aa
 from torchvision.transforms import v2
 
-from going_modular.data.gpu_augment import policies as policies
-from going_modular.data.gpu_augment.ops import OP_NAMES, OPS
-from going_modular.training.cct_recipes import CCT_CIFAR_200, CCT_CIFAR_300
+from vitbook.data.gpu_augment import policies as policies
+from vitbook.data.gpu_augment.ops import OP_NAMES, OPS
+from vitbook.training.cct_recipes import CCT_CIFAR_200, CCT_CIFAR_300
 
 SIZE = 32
 # timm's RandAugment names ("inc1" variants) -> the batched operation that does the same

@@ -1,4 +1,4 @@
-"""going_modular.data.standins: the stand-ins are real, learnable and split without overlap, and
+"""vitbook.data.standins: the stand-ins are real, learnable and split without overlap, and
 real_or_stand_in is the one rule for when a getter uses one."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from going_modular import data_setup
-from going_modular.data import standins
-from going_modular.data.download import DownloadError
+from vitbook.data import image_folders
+from vitbook.data import standins
+from vitbook.data.download import DownloadError
 
 
 def _getter(load_real, fallback=True, try_offline=False):
@@ -62,7 +62,7 @@ def test_a_failure_is_explained_then_replaced_or_raised(monkeypatch, capsys, onl
 
 def test_texture_photos_layout(texture_photos):
     for split, count in (("train", 75), ("test", 25)):
-        classes = data_setup.check_image_folder(texture_photos / split)
+        classes = image_folders.check_image_folder(texture_photos / split)
         assert classes == list(standins.TEXTURE_CLASSES)
         for name in classes:
             assert len(list((texture_photos / split / name).glob("*.jpg"))) == count

@@ -1,4 +1,4 @@
-"""going_modular.data.text_data: tokenizer, vocabulary, padding masks, datasets and loaders."""
+"""vitbook.data.text_data: tokenizer, vocabulary, padding masks, datasets and loaders."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from going_modular.data import text_data as td
+from vitbook.data import text_data as td
 
 
 def test_tokenize() -> None:

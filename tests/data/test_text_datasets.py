@@ -1,4 +1,4 @@
-"""going_modular.data.text_datasets: AG News, TREC and GloVe, their readers, and the fallback."""
+"""vitbook.data.text_datasets: AG News, TREC and GloVe, their readers, and the fallback."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from going_modular.data import network
-from going_modular.data import text_data as td
-from going_modular.data import text_datasets as tds
-from going_modular.data.download import DownloadError
+from vitbook.data import network
+from vitbook.data import text_data as td
+from vitbook.data import text_datasets as tds
+from vitbook.data.download import DownloadError
 
 
 def test_getters_fall_back_offline(capsys) -> None:

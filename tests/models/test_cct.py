@@ -23,8 +23,8 @@ from going_modular.models.cct_variants import (
     cvt_7_4,
     vit_lite_7_4,
 )
-from going_modular.models.complexity import count_macs, count_params
-from going_modular.models.convert import REFERENCE_KEYS, load_renamed
+from vitbook.models.complexity import count_macs, count_params
+from vitbook.models.convert import REFERENCE_KEYS, load_renamed
 
 # 32x32 inputs, 10 classes, learnable position embeddings. The ViT-Lite-7/4, CVT-7/4,
 # CCT-2/3x2, CCT-4/3x2, CCT-7/3x2 and CCT-7/3x1 counts are the reference implementation's;

@@ -12,7 +12,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from going_modular.models.cct import CompactBlock
-from going_modular.models.convert import load_renamed, rename_keys
 from going_modular.models.layers import (
     Attention,
     Block,
@@ -24,6 +23,7 @@ from going_modular.models.layers import (
     sinusoidal_embedding,
 )
 from going_modular.models.vitbn import TokenBatchNorm
+from vitbook.models.convert import load_renamed, rename_keys
 
 
 @torch.no_grad()

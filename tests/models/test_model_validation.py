@@ -140,8 +140,8 @@ def test_vitbn(changes, name):
     ("changes", "name"),
     [
         ({"hidden_units": 0}, "hidden_units"),
-        ({"in_channels": -3}, "in_channels"),
-        ({"num_classes": 0}, "num_classes"),
+        ({"input_shape": -3}, "input_shape"),
+        ({"output_shape": 0}, "output_shape"),
         ({"img_size": 2}, "at least 4x4"),
     ],
 )
@@ -181,7 +181,7 @@ def test_factories_are_real_functions_registered_under_their_own_names():
         assert factory.__name__ == name, name
         assert "<locals>" not in factory.__qualname__, name
         assert factory.__doc__ and factory.__module__.startswith(
-            "going_modular.models."
+            ("going_modular.models.", "vitbook.models.")
         )
     with pytest.raises(ValueError, match="'vit_tiny' is registered twice"):
 

@@ -11,10 +11,11 @@ import torch
 from PIL import Image
 from torchvision.models import VisionTransformer
 
-from going_modular.data import network
-from going_modular.data.download import DownloadError
-from going_modular.models import build_model, pretrained
-from going_modular.models.pretrained import (
+from going_modular.models import build_model
+from vitbook.data import network
+from vitbook.data.download import DownloadError
+from vitbook.models import pretrained
+from vitbook.models.pretrained import (
     create_vit_feature_extractor,
     weights_transforms,
 )

@@ -11,13 +11,7 @@ import torch.nn.functional as F
 import torchvision
 from torch import nn
 
-from going_modular.book.explorers import model_config
 from going_modular.models import build_model, list_models
-from going_modular.models.complexity import count_params
-from going_modular.models.convert import (
-    load_encoder_layer,
-    load_torchvision_weights,
-)
 from going_modular.models.layers import Block
 from going_modular.models.vit import (
     HybridEmbedding,
@@ -27,6 +21,12 @@ from going_modular.models.vit import (
     vit_h_14,
     vit_l_16,
     vit_tiny,
+)
+from vitbook.book.explorers import model_config
+from vitbook.models.complexity import count_params
+from vitbook.models.convert import (
+    load_encoder_layer,
+    load_torchvision_weights,
 )
 
 

@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from going_modular.models import build_model
-from going_modular.models.complexity import count_params, fvcore_flops
+from vitbook.models.complexity import count_params, fvcore_flops
 
 D, DEPTH, HEADS, MLP = 192, 9, 12, 384
 

@@ -8,7 +8,6 @@ import torch
 from torch import nn
 
 from going_modular.models import build_model
-from going_modular.models.complexity import count_params
 from going_modular.models.vitbn import (
     TokenBatchNorm,
     Transformer,
@@ -16,6 +15,7 @@ from going_modular.models.vitbn import (
     ViTBNFFN,
     ViTLN,
 )
+from vitbook.models.complexity import count_params
 
 NAMES = ("vitbn_vit", "vitbn_ffn", "vitbn")
 

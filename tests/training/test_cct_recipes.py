@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from going_modular.models import build_model
-from going_modular.training.cct_recipes import CCT_CIFAR_200, CCT_CIFAR_300, CCTRecipe
-from going_modular.training.recipe import learning_rates
+from vitbook.training.cct_recipes import CCT_CIFAR_200, CCT_CIFAR_300, CCTRecipe
+from vitbook.training.recipe import learning_rates
 
 
 def test_losses_smooth_once():

@@ -13,16 +13,16 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from going_modular import utils
-from going_modular.engine import fit
-from going_modular.training import loop
-from going_modular.training.checkpoint import (
+from vitbook.training import loop
+from vitbook.training.checkpoint import (
     CHECKPOINT_NAME,
     CheckpointMismatchError,
     CorruptCheckpointError,
     read_checkpoint,
     write_verified,
 )
-from going_modular.training.recipe import Recipe
+from vitbook.training.loop import fit
+from vitbook.training.recipe import Recipe
 
 LOSSES = ("train_loss", "train_acc", "test_loss", "test_acc")
 

@@ -7,13 +7,13 @@ import torch
 from clock_jobs import fail, nap, whoami
 from torch.utils.data import DataLoader, TensorDataset
 
-from going_modular.data.gpu_augment import BatchAugment, DeviceLoader
-from going_modular.data.gpu_augment.crops import random_hflip
 from going_modular.models import build_model
-from going_modular.training.clock import side_by_side, train_for_budget
-from going_modular.training.recipe import Recipe, learning_rates
-from going_modular.training.speed import StepOptions
 from going_modular.utils import set_seeds
+from vitbook.data.gpu_augment import BatchAugment, DeviceLoader
+from vitbook.data.gpu_augment.crops import random_hflip
+from vitbook.training.clock import side_by_side, train_for_budget
+from vitbook.training.recipe import Recipe, learning_rates
+from vitbook.training.speed import StepOptions
 
 TINY = dict(num_classes=3, img_size=16, in_channels=1, hidden_units=4)
 

@@ -18,10 +18,10 @@ from stateful_transform import Jitter
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from going_modular.training import distributed
-from going_modular.training.divergence import NonFiniteLossError
-from going_modular.training.loop import evaluate, fit
-from going_modular.training.recipe import Recipe
+from vitbook.training import distributed
+from vitbook.training.divergence import NonFiniteLossError
+from vitbook.training.loop import evaluate, fit
+from vitbook.training.recipe import Recipe
 
 N_TRAIN, N_TEST, EPOCHS, SEED = 32, 13, 3, 7
 BATCH = 8  # the global batch: 4 per process with 2 processes

@@ -1,4 +1,4 @@
-"""going_modular.training.divergence: the checks that stop a diverging run, and what they say."""
+"""vitbook.training.divergence: the checks that stop a diverging run, and what they say."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from going_modular.training import divergence
+from vitbook.training import divergence
 
 
 def _adamw(lr: float, weight_decay: float) -> torch.optim.Optimizer:

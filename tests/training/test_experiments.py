@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from going_modular.training import experiments
+from vitbook.training import experiments
 
 
 def test_balanced_subset_takes_per_class_and_is_reproducible():

@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from going_modular.training.optim import (
+from vitbook.training.optim import (
     param_groups_weight_decay,
     warmup_cosine_schedule,
 )

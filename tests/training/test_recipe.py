@@ -8,8 +8,8 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from going_modular.training.loop import fit
-from going_modular.training.recipe import Recipe
+from vitbook.training.loop import fit
+from vitbook.training.recipe import Recipe
 
 
 def _data():

@@ -12,9 +12,9 @@ import warnings
 import matplotlib.pyplot as plt
 import pytest
 
-from going_modular import engine
-from going_modular.data import files
-from going_modular.training import runs
+from vitbook.data import files
+from vitbook.training import runs
+from vitbook.training.loop import RESULT_KEYS
 
 
 def test_each_run_gets_a_new_folder_and_latest_points_to_it(tmp_path):
@@ -121,7 +121,7 @@ def test_exit_codes_follow_the_signal():
 def test_figures_are_closed_after_saving(tmp_path):
     plt.close("all")  # figures other tests in this process left open are not ours
     current = runs.Run(tmp_path, {"model": "tinyvgg", "data": "mnist"}, None, 28)
-    results = {key: [1.0, 0.5] for key in engine.RESULT_KEYS}
+    results = {key: [1.0, 0.5] for key in RESULT_KEYS}
     with warnings.catch_warnings(), plt.rc_context({"figure.max_open_warning": 2}):
         warnings.simplefilter("error")  # "More than 2 figures have been opened"
         for _ in range(4):

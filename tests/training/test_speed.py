@@ -5,9 +5,9 @@ import torch
 from torch import nn
 
 from going_modular.models import build_model
-from going_modular.training import speed
-from going_modular.training.recipe import Recipe
-from going_modular.training.speed import (
+from vitbook.training import speed
+from vitbook.training.recipe import Recipe
+from vitbook.training.speed import (
     CANDIDATES,
     StepOptions,
     fastest_step,

@@ -7,7 +7,7 @@ import itertools
 import torch
 from torch import nn
 
-from going_modular.training.timing import images_per_second
+from vitbook.training.timing import images_per_second
 
 
 def _counted():

@@ -1,13 +1,13 @@
-"""Tests for going_modular.training.tracking: a tiny run is logged to a temporary store and read back."""
+"""Tests for vitbook.training.tracking: a tiny run is logged to a temporary store and read back."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from going_modular.training import tracking
-from going_modular.training.experiments import tensor_loaders
-from going_modular.training.recipe import Recipe
+from vitbook.training import tracking
+from vitbook.training.experiments import tensor_loaders
+from vitbook.training.recipe import Recipe
 
 
 @pytest.fixture
@@ -75,8 +75,8 @@ def test_missing_experiment_reads_as_empty(store):
 
 
 def test_the_cli_logs_its_options_and_epochs(store):
-    from going_modular.cli import build_parser, configure
-    from going_modular.train import _log_to_mlflow
+    from vitbook.cli import build_parser, configure
+    from vitbook.train import _log_to_mlflow
 
     args = build_parser().parse_args(["--model", "vitbn", "--lr", "0.01", "--mlflow"])
     config = configure(args)

@@ -1,0 +1,464 @@
+"""Live explorers: the book's four explorers driven by Python through ipywidgets.
+
+Where a kernel and a widget frontend run (Colab, or Jupyter when the reader opts in with
+``vitbook.book.widgets.LIVE = True``), :func:`show` returns the live version, which
+recomputes everything with the package on the reader's own image, model or settings. Anywhere
+else, above all in the headless runs that store the book's outputs, it returns the offline
+HTML explorer of :mod:`vitbook.book.explorers`, so the page never holds a widget.
+
+The live explorers reuse the explorers' data preparation (model configurations, position
+similarities, attention maps) and draw with matplotlib into an ``ipywidgets.Image``.
+ipywidgets is imported only when a live explorer is built: it is on Colab and in the book's
+requirements, not a dependency of the package.
+"""
+
+from __future__ import annotations
+
+import html
+import importlib.util
+import io
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+import torch
+from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
+from PIL import Image
+from torch import nn
+
+from going_modular.models.cct import ViTLite
+from going_modular.models.cct_variants import CCT, CVT
+from going_modular.models.vit import ViT
+from vitbook.book.attention_maps import overlay
+from vitbook.book.explorers import (
+    AttentionData,
+    Explorer,
+    _position_similarity,
+    _square,
+    attention_data,
+    size_calculator,
+    unit_range,
+)
+from vitbook.models.complexity import count_macs, count_params
+from vitbook.training.optim import warmup_cosine_schedule
+
+__all__ = [
+    "LIVE",
+    "LiveExplorer",
+    "build_from_config",
+    "live_attention_explorer",
+    "live_patch_explorer",
+    "live_schedule_explorer",
+    "live_size_calculator",
+    "model_size",
+    "show",
+    "wants_live",
+]
+
+# None: live on Colab only; True or False: the reader's choice, everywhere.
+LIVE: bool | None = None
+
+
+def wants_live(live: bool | None = None) -> bool:
+    """Whether to show live widgets: ``live`` if given, else :data:`LIVE` if set, else only
+    on Colab; never without ipywidgets."""
+    if live is None:
+        live = LIVE if LIVE is not None else "google.colab" in sys.modules
+    return bool(live) and importlib.util.find_spec("ipywidgets") is not None
+
+
+def show(
+    explorer: Explorer,
+    live: Callable[[], LiveExplorer] | None = None,
+    *,
+    use_live: bool | None = None,
+) -> Explorer | LiveExplorer:
+    """``live()`` where live widgets are wanted (:func:`wants_live`), else ``explorer``, the
+    offline HTML. Put it last in a cell: the notebook displays what it returns."""
+    return live() if live is not None and wants_live(use_live) else explorer
+
+
+class LiveExplorer:
+    """Controls, a readout and a picture in one ipywidgets box, redrawn on every change.
+
+    ``draw(values)`` gets the controls' values by name and returns a matplotlib figure (or
+    None: no picture) and the readout's HTML; a ``ValueError`` it raises (a size the package
+    refuses) is shown in the readout. ``figure`` keeps the last figure drawn.
+    """
+
+    def __init__(
+        self,
+        controls: Mapping[str, Any],
+        draw: Callable[[dict[str, Any]], tuple[Figure | None, str]],
+    ):
+        import ipywidgets as widgets
+
+        self.controls, self._draw, self._paused = dict(controls), draw, False
+        self.figure: Figure | None = None  # the last figure drawn
+        self.readout = widgets.HTML()
+        self.picture = widgets.Image(format="png", layout={"max_width": "100%"})
+        for control in self.controls.values():
+            control.observe(lambda _: self._paused or self.redraw(), names="value")
+        row = widgets.HBox(
+            list(self.controls.values()), layout={"flex_flow": "row wrap"}
+        )
+        self.box = widgets.VBox([row, self.readout, self.picture])
+        self.redraw()
+
+    @contextmanager
+    def paused(self):
+        """Change several controls at once, then redraw once."""
+        self._paused = True
+        try:
+            yield
+        finally:
+            self._paused = False
+        self.redraw()
+
+    def redraw(self) -> None:
+        try:
+            figure, text = self._draw({k: c.value for k, c in self.controls.items()})
+        except ValueError as error:
+            self.readout.value = f"<b>{html.escape(str(error))}</b>"
+            return
+        self.readout.value, self.figure = text, figure
+        self.picture.layout.display = "none" if figure is None else None
+        if figure is not None:
+            buffer = io.BytesIO()
+            figure.savefig(buffer, format="png", dpi=80, bbox_inches="tight")
+            self.picture.value = buffer.getvalue()
+
+    def _ipython_display_(self) -> None:  # ipywidgets 7 (Colab's) and 8 alike
+        from IPython.display import display
+
+        display(self.box)
+
+
+def _grid_sliders(grid: int, name: str) -> dict[str, Any]:
+    """A row and a column slider over a grid x grid of patches."""
+    import ipywidgets as widgets
+
+    return {
+        axis: widgets.IntSlider(
+            value=grid // 2, min=0, max=grid - 1, description=f"{name} {axis}"
+        )
+        for axis in ("row", "column")
+    }
+
+
+def _figure(panels: int) -> tuple[Figure, list]:
+    """A figure of ``panels`` axes side by side, made outside pyplot (so never auto-shown)."""
+    figure = Figure(figsize=(4.2 * panels, 4.2), layout="constrained")
+    return figure, list(figure.subplots(1, panels, squeeze=False)[0])
+
+
+def _pixels(image: torch.Tensor | Image.Image) -> np.ndarray:
+    """A (C, H, W) tensor in [0, 1] or a PIL image -> (H, W[, 3]) floats for imshow."""
+    if isinstance(image, Image.Image):
+        return np.asarray(image.convert("RGB"), dtype=np.float32) / 255
+    pixels = image.detach().float().clamp(0, 1).cpu()
+    return pixels.permute(1, 2, 0).squeeze(-1).numpy()  # (C, H, W) -> (H, W[, C])
+
+
+# Size calculator ------------------------------------------------------------------------------
+
+
+def build_from_config(config: Mapping[str, Any]) -> nn.Module:
+    """The model a calculator configuration (:func:`~vitbook.book.explorers.model_config`)
+    describes, on the meta device (sizes only, no memory)."""
+    common = dict(
+        img_size=config["img"],
+        in_channels=config["channels"],
+        num_classes=config["classes"],
+        dim=config["dim"],
+        depth=config["depth"],
+        heads=config["heads"],
+        mlp_ratio=config["mlp_ratio"],
+    )
+    kinds = {"vit": ViT, "vit_lite": ViTLite, "cvt": CVT}
+    with torch.device("meta"):
+        if config["kind"] in kinds:
+            return kinds[config["kind"]](patch_size=config["patch"], **common)
+        return CCT(
+            n_conv_layers=config["conv_layers"],
+            kernel_size=config["kernel"],
+            stride=config.get("stride"),
+            padding=config.get("padding"),
+            **common,
+        )
+
+
+def model_size(config: Mapping[str, Any]) -> dict[str, int]:
+    """Encoder tokens, ``count_params`` and ``count_macs`` (by kind, one image) of a
+    calculator configuration's model."""
+    model = build_from_config(config)
+    patches = model.num_patches if isinstance(model, ViT) else model.num_tokens
+    macs = count_macs(model, (1, config["channels"], config["img"], config["img"]))
+    return {
+        "tokens": patches + (model.cls_token is not None),
+        "params": count_params(model),
+        **{f"macs_{kind}": n for kind, n in macs.items()},
+    }
+
+
+def live_size_calculator(
+    presets: Mapping[str, nn.Module | str | dict] | None = None,
+) -> LiveExplorer:
+    """A preset and its sizes -> tokens, parameters and multiply-adds, counted by the package
+    on a model built on the meta device. ``presets`` as for
+    :func:`~vitbook.book.explorers.size_calculator`."""
+    import ipywidgets as widgets
+
+    configs = size_calculator(presets).data["presets"]
+    fields = {
+        "img": "image size",
+        "patch": "patch size",
+        "dim": "dim",
+        "depth": "depth",
+        "heads": "heads",
+        "conv_layers": "conv layers",
+        "kernel": "kernel",
+    }
+    first = next(iter(configs.values()))
+    controls = {"preset": widgets.Dropdown(options=list(configs), description="preset")}
+    controls |= {
+        k: widgets.BoundedIntText(
+            value=first.get(k, 1), min=1, max=10_000, description=label
+        )
+        for k, label in fields.items()
+    }
+    controls["mlp_ratio"] = widgets.BoundedFloatText(
+        value=first["mlp_ratio"], min=0.25, max=64, step=0.25, description="MLP ratio"
+    )
+
+    def draw(values: dict[str, Any]) -> tuple[None, str]:
+        base = configs[values.pop("preset")]
+        config = {**base, **{k: v for k, v in values.items() if k in base}}
+        if config.get("kernel") != base.get("kernel"):  # a new kernel: the CCT's own
+            config |= {"stride": None, "padding": None}  # default stride and padding
+        size = model_size(config)
+        rows = [("tokens", size["tokens"]), ("parameters", size["params"])] + [
+            (f"multiply-adds, {kind}", size[f"macs_{kind}"])
+            for kind in ("total", "linear", "attention", "conv")
+        ]
+        return None, "<br>".join(f"{name}: <b>{n:,}</b>" for name, n in rows)
+
+    explorer = LiveExplorer(controls, draw)
+
+    def choose(_: Any = None) -> None:
+        config = configs[controls["preset"].value]
+        with explorer.paused():
+            for key in [*fields, "mlp_ratio"]:
+                controls[key].layout.display = None if key in config else "none"
+                if key in config:
+                    controls[key].value = config[key]
+
+    controls["preset"].observe(choose, names="value")
+    choose()
+    return explorer
+
+
+# Learning-rate schedule -----------------------------------------------------------------------
+
+
+def live_schedule_explorer(
+    warmup_steps: int = 500,
+    total_steps: int = 5000,
+    peak_lr: float = 1e-3,
+    final_lr: float = 0.0,
+    label_smoothing: float = 0.1,
+    num_classes: int = 10,
+) -> LiveExplorer:
+    """Sliders for the engine's :func:`~vitbook.training.optim.warmup_cosine_schedule`
+    (the learning rate at every step) and for the label-smoothed target of one image."""
+    import ipywidgets as widgets
+
+    steps = {"min": 0, "max": 2 * total_steps, "continuous_update": False}
+    controls = {
+        "warmup": widgets.IntSlider(value=warmup_steps, description="warmup", **steps),
+        "total": widgets.IntSlider(
+            value=total_steps, description="total steps", **steps
+        ),
+        "peak": widgets.FloatLogSlider(
+            value=peak_lr, min=-6, max=0, description="peak LR"
+        ),
+        "final": widgets.FloatSlider(
+            value=final_lr / peak_lr,
+            min=0,
+            max=1,
+            step=0.01,
+            description="final / peak",
+        ),
+        "smoothing": widgets.FloatSlider(
+            value=label_smoothing, min=0, max=0.5, step=0.01, description="smoothing"
+        ),
+    }
+
+    def draw(v: dict[str, Any]) -> tuple[Figure, str]:
+        optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0)
+        schedule = warmup_cosine_schedule(
+            optimizer, v["warmup"], v["total"], v["final"]
+        )
+        factor = schedule.lr_lambdas[0]  # step -> fraction of the peak
+        lr = [v["peak"] * factor(step) for step in range(v["total"])]
+        eps = v["smoothing"]
+        targets = [eps / num_classes + (1 - eps) * (k == 0) for k in range(num_classes)]
+        figure, (curve, bars) = _figure(2)
+        curve.plot(lr)
+        curve.set(xlabel="step", ylabel="learning rate", title="warmup, then cosine")
+        bars.bar(range(num_classes), targets, color=["C0"] + ["C1"] * (num_classes - 1))
+        bars.set(ylim=(0, 1), title="target of an image of class 0")
+        text = (
+            f"peak <b>{max(lr):.3g}</b> at step {lr.index(max(lr))}, last step "
+            f"<b>{lr[-1]:.3g}</b>; true class <b>{targets[0]:.3g}</b>, each other "
+            f"<b>{targets[-1]:.3g}</b>"
+        )
+        return figure, text
+
+    return LiveExplorer(controls, draw)
+
+
+# Patches and position embeddings --------------------------------------------------------------
+
+
+def live_patch_explorer(
+    image: torch.Tensor | Image.Image,
+    patch_sizes: Sequence[int] = (4, 8, 16, 32),
+    position_embeddings: Mapping[str, torch.Tensor] | None = None,
+) -> LiveExplorer:
+    """A patch-size slider over ``image`` (a (C, H, W) tensor in [0, 1] or a PIL image, its
+    centred square kept): the grid and N = HW/P^2; and, for a chosen position of one of
+    ``position_embeddings`` ({"learned": model.pos_embed, ...}), the cosine similarity of its
+    embedding to every other's."""
+    import ipywidgets as widgets
+
+    pixels = _pixels(_square(image))
+    side, channels = pixels.shape[0], 1 if pixels.ndim == 2 else 3
+    if bad := [p for p in patch_sizes if p < 1 or side % p]:
+        raise ValueError(f"Patch sizes {bad} do not divide the image's side {side}.")
+    similarities = {
+        name: _position_similarity(table) * 2 - 1  # back to [-1, 1]
+        for name, table in (position_embeddings or {}).items()
+    }
+    controls = {
+        "patch": widgets.SelectionSlider(
+            options=list(patch_sizes), description="patch size"
+        )
+    }
+    if similarities:
+        grid = round(next(iter(similarities.values())).shape[0] ** 0.5)
+        controls["table"] = widgets.Dropdown(
+            options=list(similarities), description="embedding"
+        )
+        controls |= _grid_sliders(grid, "position")
+
+    def draw(v: dict[str, Any]) -> tuple[Figure, str]:
+        patch, count = v["patch"], (side // v["patch"]) ** 2
+        figure, axes = _figure(1 + bool(similarities))
+        axes[0].imshow(pixels, cmap="gray", extent=(0, side, side, 0))
+        axes[0].set_axis_off()
+        for edge in range(patch, side, patch):
+            axes[0].axhline(edge, color="white", lw=0.8)
+            axes[0].axvline(edge, color="white", lw=0.8)
+        axes[0].set_title(f"P = {patch}: N = {count} patches")
+        text = (
+            f"N = ({side} / {patch})<sup>2</sup> = <b>{count}</b> patches; the sequence "
+            f"is ({count} + 1) x {patch * patch * channels}"
+            " (class token, flattened patches)"
+        )
+        if similarities:
+            row, col = v["row"], v["column"]
+            grid_map = (
+                similarities[v["table"]][row * grid + col].reshape(grid, grid).numpy()
+            )
+            shown = axes[1].imshow(grid_map, cmap="viridis", vmin=-1, vmax=1)
+            axes[1].add_patch(
+                Rectangle((col - 0.5, row - 0.5), 1, 1, fill=False, ec="red")
+            )
+            axes[1].set_title(f"{v['table']}: cosine similarity to ({row}, {col})")
+            axes[1].set(xticks=[], yticks=[])
+            figure.colorbar(shown, ax=axes[1], fraction=0.046)
+        return figure, text
+
+    return LiveExplorer(controls, draw)
+
+
+# Attention ------------------------------------------------------------------------------------
+
+
+def _attention_map(data: AttentionData, v: dict[str, Any]) -> tuple[torch.Tensor, str]:
+    """The (grid, grid) map the controls' values ``v`` choose, and what it shows."""
+    i, grid, row, col = v["image"], data.grid, v["row"], v["column"]
+    if v["mode"] == "SeqPool weights":
+        return data.pool[i].reshape(grid, grid).cpu(), "SeqPool's weight on each token"
+    query = 0 if v.get("class_token") else data.offset + row * grid + col
+    if v["mode"] == "rollout":
+        weights, what = data.rollout[i, query], "rollout through all layers"
+    else:
+        layer, head = data.maps[v["layer"], i], v["head"]  # (heads, T, T)
+        weights = (layer.mean(dim=0) if head < 0 else layer[head])[query]
+        heads = "mean of the heads" if head < 0 else f"head {head + 1}"
+        what = f"layer {v['layer'] + 1}, {heads}"
+    asked = "the class token" if v.get("class_token") else f"patch ({row}, {col})"
+    patch_keys = weights[data.offset :].reshape(grid, grid).cpu()
+    return patch_keys, f"{what}; query: {asked}"
+
+
+def live_attention_explorer(
+    model: nn.Module,
+    images: torch.Tensor,
+    class_names: Sequence[str] | None = None,
+    display_images: torch.Tensor | None = None,
+) -> LiveExplorer:
+    """Every layer's and head's attention of ``model`` on ``images`` (B, C, H, W), the rollout
+    and, for a CVT or CCT, SeqPool's weights: pick an image, a layer, a head (or their mean),
+    a mode, and the query patch (or the class token). Arguments as for
+    :func:`~vitbook.book.explorers.attention_explorer`."""
+    import ipywidgets as widgets
+
+    data = attention_data(model, images)
+    shown = (unit_range(images) if display_images is None else display_images).cpu()
+    names = [class_names[p] if class_names else str(p) for p in data.predicted]
+    labels = [(f"image {i + 1} (predicted: {n})", i) for i, n in enumerate(names)]
+    grid, layers, heads = data.grid, data.maps.shape[0], data.maps.shape[2]
+    modes = ["attention", "rollout"] + ["SeqPool weights"] * (data.pool is not None)
+    controls = {
+        "image": widgets.Dropdown(options=labels, description="image"),
+        "layer": widgets.Dropdown(
+            options=[(str(k + 1), k) for k in range(layers)], description="layer"
+        ),
+        "head": widgets.Dropdown(
+            options=[("mean", -1)] + [(str(h + 1), h) for h in range(heads)],
+            description="head",
+        ),
+        "mode": widgets.ToggleButtons(options=modes),
+        **_grid_sliders(grid, "query"),
+    }
+    if data.offset:
+        controls["class_token"] = widgets.Checkbox(
+            value=False, description="query: class token"
+        )
+
+    def draw(v: dict[str, Any]) -> tuple[Figure, str]:
+        i, row, col, mode = v["image"], v["row"], v["column"], v["mode"]
+        from_class = v.get("class_token", False)
+        attention, what = _attention_map(data, v)
+        figure, (left, right) = _figure(2)
+        pixels = _pixels(shown[i])
+        left.imshow(pixels, cmap="gray")
+        left.set_axis_off()
+        right.set_axis_off()
+        if mode != "SeqPool weights" and not from_class:  # frame the query patch
+            height, width = pixels.shape[0] / grid, pixels.shape[1] / grid
+            frame = Rectangle((col * width, row * height), width, height, fill=False)
+            left.add_patch(frame).set(edgecolor="red", linewidth=2)
+        right.imshow(pixels, cmap="gray")
+        right.imshow(overlay(shown[i], attention), cmap="inferno", alpha=0.6)
+        left.set_title(names[i])
+        right.set_title(what, fontsize=9)
+        return figure, what
+
+    return LiveExplorer(controls, draw)
