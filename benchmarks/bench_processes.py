@@ -37,7 +37,7 @@ def training_rate(batch: int, steps: int) -> float:
     model = prefer_channels_last(build_model("cct_2_3x2", **MODEL))
     images, labels = torch.randn(batch, 1, 28, 28), torch.randint(0, 10, (batch,))
     options, _ = fastest_step(model, images, labels, steps=2, repeats=1)
-    with options.attention():
+    with options.attention(model):
         return images_per_second(
             model, images, labels, steps=steps, warmup=2, amp=options.amp
         )

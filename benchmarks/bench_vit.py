@@ -5,7 +5,7 @@ Both models get the same configuration and the same weights (copied with
 and are timed in alternating order, repeat after repeat, to spread the noise of a shared
 machine evenly. Prints the median images/s of each and the ratio ours / torchvision.
 
-    python benchmarks/bench_vit.py                          # vit_tiny's config at 224 px
+    python benchmarks/bench_vit.py                          # vit_4_16's config at 224 px
     python benchmarks/bench_vit.py --layers 12 --dim 768 --heads 12 --mlp 3072 --batch-size 4
 """
 

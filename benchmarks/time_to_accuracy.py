@@ -74,7 +74,7 @@ FAST = {
         flip=True,
     ),
     "vit": dict(  # chapter 6's ViT
-        model="vit_tiny",
+        model="vit_4_16",
         kwargs=dict(
             patch_size=7,
             dim=64,
@@ -146,7 +146,7 @@ def timed_fit(model, train_loader, test_loader, recipe, tests, options) -> list[
         print(f"    {curve[-1][0]:6.1f} s, {seen:>9,} images: {acc:.4f}", flush=True)
         return False
 
-    with options.attention():
+    with options.attention(model):
         fit(
             model,
             train_loader,

@@ -79,6 +79,39 @@ def autocast(device: torch.device | str, amp: bool):
     )
 
 
+@contextlib.contextmanager
+def _explained(X: torch.Tensor, y: torch.Tensor):
+    """Re-raise a failing forward pass or loss with what the batch held: usually images of
+    another size or channels than the model's, or labels beyond its classes."""
+    try:
+        yield
+    except torch.cuda.OutOfMemoryError:
+        raise
+    except (RuntimeError, IndexError) as error:
+        labels = (
+            f"labels {int(y.min())}..{int(y.max())}" if y.ndim == 1 else "soft labels"
+        )
+        raise type(error)(
+            f"{error}\n(The batch held images of shape {tuple(X.shape[1:])} and {labels}: "
+            "check the image size and channels the model was built for, and that its "
+            "number of classes covers every label.)"
+        ) from error
+
+
+def _check_parts(model: nn.Module, optimizer: torch.optim.Optimizer, device) -> None:
+    """Refuse, before any work, a device that is not there or an optimiser built over
+    another model's parameters."""
+    kind = torch.device(device).type
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device={device!r}, but there is no CUDA GPU: use 'cpu'.")
+    ours = {id(p) for p in model.parameters()}
+    if not any(id(p) in ours for g in optimizer.param_groups for p in g["params"]):
+        raise ValueError(
+            "The optimizer holds none of this model's parameters: build it over this "
+            "model, e.g. torch.optim.Adam(model.parameters(), lr=1e-3)."
+        )
+
+
 def _correct(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """How many predictions are right; soft targets (batch, classes) count their top class."""
     labels = y.argmax(dim=1) if y.is_floating_point() and y.ndim == 2 else y
@@ -116,7 +149,7 @@ def train_step(
         if batch_transform is not None:
             X, y = batch_transform(X, y)
         # 1. forward pass, 2. the loss
-        with autocast(device, amp):
+        with autocast(device, amp), _explained(X, y):
             y_pred = model(X)
             loss = loss_fn(y_pred, y)
         hooks.check_loss(loss, X, step)
@@ -159,7 +192,7 @@ def test_step(
     with torch.inference_mode():
         for X, y in dataloader:
             X, y = X.to(device, non_blocking=True), y.to(device, non_blocking=True)
-            with autocast(device, amp):
+            with autocast(device, amp), _explained(X, y):
                 y_pred = model(X)
                 loss = loss_fn(y_pred, y)
             loss_sum = loss_sum + loss.detach().float() * len(y_pred)
@@ -191,6 +224,7 @@ def train(
     is False, and returns ``{"train_loss": [...], "train_acc": [...], "test_loss": [...],
     "test_acc": [...]}``.
     """
+    _check_parts(model, optimizer, device)
     hooks = hooks or Hooks()
     keys = COURSE_KEYS if test_dataloader is not None else COURSE_KEYS[:2]
     results: dict[str, list[float]] = {key: [] for key in keys}

@@ -66,7 +66,6 @@ def save_model(model: nn.Module, target_dir: str | Path, model_name: str) -> Pat
     target = Path(target_dir)
     target.mkdir(parents=True, exist_ok=True)
     path = target / model_name
-    print(f"[INFO] Saving model to: {path}")
     state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
     _write_atomically(path, lambda file: torch.save(state, file))
     about = {"build_config": getattr(model, "build_config", None)}

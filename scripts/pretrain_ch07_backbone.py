@@ -5,7 +5,7 @@
 trains the small hybrid ViT (:func:`vitbook.models.fashion_source.source_vit`) on
 the Fashion-MNIST classes outside ``--target`` (resuming from ``--checkpoint-dir`` after an
 interruption), then writes its float32 ``state_dict`` to
-``going_modular/models/weights/ch07_fashion_source_vit.pt`` and a JSON record beside it: the
+``vitbook/models/weights/ch07_fashion_source_vit.pt`` and a JSON record beside it: the
 command, the wall time of its epochs (summed over resumptions), the CPU and threads, the
 epochs, the classes, the test accuracy per epoch and the file's SHA-256.
 """

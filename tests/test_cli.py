@@ -55,15 +55,26 @@ def no_plots(monkeypatch):
 # --- The command and its options -----------------------------------------------------------------
 
 
+# The book's switches set to values the book refuses: the command reads none of them.
+BOOK_SWITCHES_NOT_UNDERSTOOD = {
+    "BOOK_OFFLINE": "maybe",
+    "BOOK_DRY_RUN": "maybe",
+    "BOOK_FIXTURES": "maybe",
+    "BOOK_SETTING": "bogus",
+}
+
+
 def test_the_command_starts_and_lists_its_options():
     """The one subprocess: ``python -m vitbook.train`` really runs (and so does the
-    ``vit-train`` console script, which names the same function)."""
-    out = subprocess.run(
+    ``vit-train`` console script, which names the same function), whatever the book's
+    ``BOOK_*`` variables say (issue 53: a traceback at import)."""
+    done = subprocess.run(
         [sys.executable, "-m", "vitbook.train", "--help"],
         capture_output=True,
         text=True,
-        check=True,
-    ).stdout
+        env=os.environ | BOOK_SWITCHES_NOT_UNDERSTOOD,
+    )
+    assert (done.returncode, done.stderr) == (0, "")
     for option in (
         "--model",
         "--dataset",
@@ -71,8 +82,11 @@ def test_the_command_starts_and_lists_its_options():
         "--batch-size",
         "--lr",
         "--output-dir",
+        "--offline",
+        "--data-root PATH",
+        "--dry-run",
     ):
-        assert option in out
+        assert option in done.stdout
     pyproject = tomllib.loads((project_root() / "pyproject.toml").read_text())
     assert pyproject["project"]["scripts"]["vit-train"] == "vitbook.train:main"
 
@@ -172,6 +186,39 @@ def test_bad_numbers_and_combinations_are_refused_up_front(
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
     assert not out.exists() and not (tmp_path / "data").exists()
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["--data-root", ""],
+            "argument --data-root: needs a folder's path, got an empty",
+        ),
+        (
+            ["--data-root", "{file}/sub"],
+            "--data-root {file}/sub: {file} is a file, not a",
+        ),
+        (["--dry-run=yes"], "argument --dry-run: ignored explicit argument 'yes'"),
+        (["--offline", "1"], "unrecognized arguments: 1"),
+    ],
+)
+def test_bad_switches_are_one_line_usage_errors(argv, message, tmp_path, capsys):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("mine")
+    argv, message = (
+        [a.replace("{file}", str(notes)) for a in argv],
+        message.replace("{file}", str(notes)),
+    )
+    out = tmp_path / "run"
+    with pytest.raises(SystemExit) as info:
+        train.main([*TINY, "--output-dir", str(out), *argv])
+    assert info.value.code == 2
+    *usage, last = capsys.readouterr().err.splitlines()
+    assert usage[0].startswith("usage: python -m vitbook.train")
+    assert last.startswith("python -m vitbook.train: error: ") and message in last
+    assert not any("error" in line for line in usage)
+    assert not out.exists() and notes.read_text() == "mine"
 
 
 def test_output_dir_that_is_a_file_is_refused_before_the_data(tmp_path, capsys):
@@ -274,7 +321,7 @@ def test_run_writes_checkpoint_results_and_curves(tmp_path, capsys):
 def _installed_fashion_mnist() -> Path | None:
     """The data folder in which the package finds Fashion-MNIST (``$BOOK_DATA_DIR`` or the
     project's data/, where ``make data`` puts it), or None; read at import, before each
-    test points BOOK_DATA_DIR at a fresh folder (conftest)."""
+    test points the library's data folder at a fresh one (conftest)."""
     root = data_dir()
     raw = root / "FashionMNIST" / "raw"
     return (
@@ -292,15 +339,15 @@ FASHION_MNIST_ROOT = _installed_fashion_mnist()
     reason="Fashion-MNIST is not installed (make data, or apt-get install "
     "dataset-fashion-mnist)",
 )
-def test_fashion_mnist_end_to_end_pads_for_a_patch_16_vit(
-    tmp_path, capsys, no_plots, monkeypatch
-):
-    if FASHION_MNIST_ROOT is not None:  # read there (nothing is written into it)
-        monkeypatch.setenv("BOOK_DATA_DIR", str(FASHION_MNIST_ROOT))
+def test_fashion_mnist_end_to_end_pads_for_a_patch_16_vit(tmp_path, capsys, no_plots):
     out = tmp_path / "run"
+    # read in FASHION_MNIST_ROOT (nothing is written into it), else in Debian's folder
+    root = (
+        [] if FASHION_MNIST_ROOT is None else ["--data-root", str(FASHION_MNIST_ROOT)]
+    )
     train.main(
-        ["--dataset", "fashion_mnist", "--model", "vit_tiny", "--epochs", "1"]
-        + ["--max-steps", "3", "--batch-size", "500", "--output-dir", str(out)]
+        ["--dataset", "fashion_mnist", "--model", "vit_4_16", "--epochs", "1"]
+        + ["--max-steps", "3", "--batch-size", "500", "--output-dir", str(out), *root]
     )
     printed = capsys.readouterr().out
     assert "so they are padded to 32x32" in printed
@@ -310,9 +357,10 @@ def test_fashion_mnist_end_to_end_pads_for_a_patch_16_vit(
     assert checkpoint["build_config"]["kwargs"]["img_size"] == 32
     assert checkpoint["build_config"]["kwargs"]["in_channels"] == 1
     assert checkpoint["class_names"][0] == "T-shirt/top"
-    image, _ = datasets.get_fashion_mnist(False, transforms.ToTensor(), pad_to_32=True)[
-        0
-    ]
+    test_images = datasets.get_fashion_mnist(
+        False, transforms.ToTensor(), pad_to_32=True, root=FASHION_MNIST_ROOT
+    )
+    image, _ = test_images[0]
     assert model_files.load_model(out / "model.pth")(image[None]).shape == (1, 10)
     results = json.loads((out / "results.json").read_text())
     assert results["status"] == "complete" and 0 <= results["test_acc"][0] <= 1

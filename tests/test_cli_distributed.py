@@ -1,6 +1,6 @@
 """The CLI under torchrun: 2 gloo processes on the CPU train as 1 process with the global
-batch, write one run (rank 0), resume under as many processes only, and end cleanly when
-a rank dies.
+batch, write one run (rank 0), resume under as many processes only, refuse to start when
+given different options, and end cleanly when a rank dies.
 
 Each run launches ``python -m torch.distributed.run`` as a subprocess on photo crops
 (scikit-image's sample photos: 2 classes, 32 training and 13 test images) with TinyVGG,
@@ -35,11 +35,11 @@ EPOCHS = 3
 PACED = """\
 import os, sys, time
 from pathlib import Path
-from going_modular import data_setup
 from vitbook import train
+from vitbook.data import image_folders
 
 Path(os.environ["PID_DIR"], "rank" + os.environ["RANK"]).write_text(str(os.getpid()))
-image_splits = data_setup.image_splits
+image_splits = image_folders.image_splits
 
 
 def paced(train_dir, test_dir, transform=None, *rest, **options):
@@ -50,8 +50,18 @@ def paced(train_dir, test_dir, transform=None, *rest, **options):
     return image_splits(train_dir, test_dir, slow, *rest, **options)
 
 
-data_setup.image_splits = paced
+image_folders.image_splits = paced
 train.main(sys.argv[1:])
+"""
+
+# A wrapper run by torchrun instead of `-m vitbook.train`: rank 1 alone adds the options
+# of RANK1_OPTIONS to the command, as a node that typed its own command differently.
+RANK1_DIFFERS = """\
+import os, shlex, sys
+from vitbook import train
+
+extra = shlex.split(os.environ["RANK1_OPTIONS"]) if os.environ["RANK"] == "1" else []
+train.main([*sys.argv[1:], *extra])
 """
 
 
@@ -81,7 +91,7 @@ def _free_port() -> int:
 
 
 def _env(**extra: str) -> dict[str, str]:
-    env = os.environ | {"PYTHONPATH": str(ROOT), "BOOK_OFFLINE": "1"}
+    env = os.environ | {"PYTHONPATH": str(ROOT)}
     return env | {"OMP_NUM_THREADS": "1", **extra}
 
 
@@ -121,7 +131,7 @@ def _options(photos: Path, out: Path, batch: int, *extra: str) -> list[str]:
     return [
         "--data-dir", str(photos), "--model", "tinyvgg", "--img-size", "32",
         "--batch-size", str(batch), "--epochs", str(EPOCHS), "--num-workers", "0",
-        "--output-dir", str(out), *extra,
+        "--output-dir", str(out), "--offline", *extra,
     ]  # fmt: skip
 
 
@@ -197,6 +207,32 @@ def test_bad_options_are_reported_once(photos, tmp_path):
     code, text = _finish(_launch(2, _options(photos, tmp_path, 4, "--lr", "-1")))
     assert code != 0
     assert text.count("argument --lr/--learning-rate: must be positive") == 1
+
+
+@pytest.mark.parametrize(
+    ("differs", "said"),
+    [
+        ("--seed 7", "--seed 42 on rank 0 but 7 on rank 1"),  # overlapping shards
+        ("--lr 0.5", "--lr 0.001 on rank 0 but 0.5 on rank 1"),  # one rank explodes
+    ],
+)
+def test_processes_given_different_options_refuse_to_start(
+    photos, tmp_path, differs, said
+):
+    script = tmp_path / "rank1_differs.py"
+    script.write_text(RANK1_DIFFERS)
+    out = tmp_path / "out"
+    launched = _launch(
+        2, _options(photos, out, 4), script=script, RANK1_OPTIONS=differs
+    )
+    code, text = _finish(launched)
+    assert code != 0
+    said = f"error: the 2 processes were started with different options: {said}. "
+    assert text.count(said) == 1, text
+    assert text.count("error:") == 1 and "[rank" not in text, text
+    ours = text.split(" failed (exitcode: ")[0]  # before torchrun's own report
+    assert "Traceback" not in ours, text
+    assert not (out.exists() and _run_dirs(out))
 
 
 def test_an_interrupted_run_resumes_under_as_many_processes(

@@ -1,7 +1,7 @@
 """Issue 30, the CLI's side: a refused ``--resume`` leaves its run folder byte for byte as
 it was, signals do what a user means by them, and bad options are explained before any
-work starts. Also: the CLI's own switches (the dry run's caps, offline) reach the library
-through the config, not the environment."""
+work starts. Also: the CLI's own switches (``--dry-run``'s caps, ``--offline``,
+``--data-root``) reach the library through the config, not the environment."""
 
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ import pytest
 import torch
 
 from vitbook import train
-from vitbook.book import settings
-from vitbook.data import network
+from vitbook.cli.config import DRY_RUN_STEPS
+from vitbook.data import network, paths
 from vitbook.training import runs
 from vitbook.training.checkpoint import CHECKSUM_KEY, save_checkpoint
 from vitbook.training.loop import RESULT_KEYS
@@ -406,36 +406,30 @@ def test_the_dry_run_caps_the_clis_recipe(tmp_path, monkeypatch):
 
     monkeypatch.setattr(train, "fit", fit)
     monkeypatch.setattr(runs.Run, "_plot", lambda self, results: None)
-    monkeypatch.setenv("BOOK_DRY_RUN", "1")
-    train.main([*TINY, "--epochs", "1", "--output-dir", str(tmp_path / "o")])
-    monkeypatch.delenv("BOOK_DRY_RUN")
-    train.main([*TINY, "--epochs", "1", "--output-dir", str(tmp_path / "o")])
-    dry, full = seen
-    steps = settings.DRY_RUN_STEPS
+    monkeypatch.setenv("BOOK_DRY_RUN", "1")  # the book's switch: not the CLI's
+    options = [*TINY, "--epochs", "1", "--output-dir", str(tmp_path / "o")]
+    train.main([*options, "--dry-run"])
+    train.main([*options, "--dry-run", "--max-steps", "1"])
+    train.main(options)
+    dry, dry_one, full = seen
+    steps = DRY_RUN_STEPS
     assert (dry.max_steps_per_epoch, dry.max_eval_steps) == (steps, steps)
+    assert (dry_one.max_steps_per_epoch, dry_one.max_eval_steps) == (1, steps)
     assert (full.max_steps_per_epoch, full.max_eval_steps) == (None, None)
 
 
-def test_book_offline_reaches_the_library(monkeypatch):
-    network.set_offline(False)
-    monkeypatch.setenv("BOOK_OFFLINE", "1")
-    try:
-        with pytest.raises(SystemExit) as info:
-            train.main(["--help"])
-        assert info.value.code == 0 and network.is_offline()
-    finally:
-        settings.apply_to_library()
+def test_offline_and_the_data_root_reach_the_library_for_the_run(tmp_path, monkeypatch):
+    seen = []
 
+    def fit(*args, **kwargs):
+        seen.append((network.is_offline(), paths.data_dir()))
+        return {key: [1.0] for key in RESULT_KEYS}
 
-@pytest.mark.parametrize("name", ["BOOK_DRY_RUN", "BOOK_OFFLINE", "BOOK_FIXTURES"])
-def test_a_book_switch_not_understood_is_said_before_a_run_folder_is_made(
-    name, tiny_image_folder, tmp_path, monkeypatch, capsys
-):
-    monkeypatch.setenv(name, "maybe")
-    try:
-        err = _refused(_own(tiny_image_folder, tmp_path / "runs"), capsys)
-    finally:
-        monkeypatch.delenv(name)
-        settings.apply_to_library()
-    assert f"{name}='maybe' is not understood; set it to 1 or 0." in err
-    assert not (tmp_path / "runs").exists()
+    monkeypatch.setattr(train, "fit", fit)
+    monkeypatch.setattr(runs.Run, "_plot", lambda self, results: None)
+    network.set_offline(False)  # the caller's switches (conftest puts them back)
+    root = tmp_path / "datasets"
+    options = [*TINY, "--epochs", "1", "--output-dir", str(tmp_path / "o")]
+    train.main([*options, "--offline", "--data-root", str(root)])
+    assert seen == [(True, root)]
+    assert (network.is_offline(), paths.data_dir()) == (False, tmp_path / "data")

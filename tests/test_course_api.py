@@ -13,7 +13,8 @@ from PIL import Image
 from skimage import data as photos
 from torchvision import transforms
 
-from going_modular import data_setup, engine, utils
+from going_modular import data_setup, engine, model_builder, utils
+from going_modular import train as course_train
 from going_modular.models.tinyvgg import TinyVGG
 from going_modular.predictions import pred_and_plot_image
 from vitbook.training.plots import plot_loss_curves
@@ -128,3 +129,112 @@ def test_train_step_and_test_step_return_floats(image_folder):
     labels = torch.cat([y for _, y in test_dataloader])
     assert test_loss == pytest.approx(loss_fn(logits, labels).item(), rel=1e-5)
     assert test_acc == pytest.approx((logits.argmax(1) == labels).float().mean().item())
+
+
+# Bad input gets a plain message before or at the first step.
+
+
+def _tiny_loaders(n=8, size=16, classes=3):
+    torch.manual_seed(0)
+    X, y = torch.randn(n, 3, size, size), torch.arange(n) % classes
+    data = torch.utils.data.TensorDataset(X, y)
+    return torch.utils.data.DataLoader(data, batch_size=4)
+
+
+def _course_train(model, loader, optimizer=None, device="cpu"):
+    optimizer = optimizer or torch.optim.SGD(model.parameters(), lr=0.01)
+    return engine.train(
+        model, loader, loader, optimizer, torch.nn.CrossEntropyLoss(), 1, device
+    )
+
+
+def test_labels_beyond_the_models_classes_are_named():
+    loader = _tiny_loaders(classes=5)
+    with pytest.raises(IndexError, match=r"labels 0\.\.3: .*number of classes covers"):
+        _course_train(TinyVGG(3, 4, 3, img_size=16), loader)
+
+
+def test_images_of_another_size_than_the_models_are_named():
+    loader = _tiny_loaders(size=32)
+    with pytest.raises(
+        RuntimeError, match=r"images of shape \(3, 32, 32\).*image size"
+    ):
+        _course_train(TinyVGG(3, 4, 3, img_size=16), loader)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_cuda_without_a_gpu_is_refused_before_training():
+    with pytest.raises(ValueError, match="there is no CUDA GPU"):
+        _course_train(TinyVGG(3, 4, 3, img_size=16), _tiny_loaders(), device="cuda")
+
+
+def test_an_optimiser_of_another_model_is_refused():
+    model, other = TinyVGG(3, 4, 3, img_size=16), TinyVGG(3, 4, 3, img_size=16)
+    before = [p.detach().clone() for p in model.parameters()]
+    with pytest.raises(ValueError, match="holds none of this model's parameters"):
+        _course_train(model, _tiny_loaders(), torch.optim.SGD(other.parameters(), 0.1))
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+
+
+def test_create_dataloaders_without_a_transform_says_so(image_folder):
+    with pytest.raises(ValueError, match="transform is None"):
+        data_setup.create_dataloaders(
+            image_folder / "train", image_folder / "test", None, 4
+        )
+
+
+def test_a_dollar_in_a_class_name_is_shown_literally(image_folder):
+    model = TinyVGG(3, 4, 3)
+    image_path = next((image_folder / "test" / "rocket").glob("*.jpg"))
+    names = ["$x_$", "$y^$", "$z{$"]  # as maths each is a syntax error
+    label, _ = pred_and_plot_image(model, names, image_path, (64, 64))
+    plt.gcf().canvas.draw()  # raised ValueError when the title was read as maths
+    assert plt.gca().get_title().startswith("Pred: " + label.replace("$", "\\$"))
+    plt.close("all")
+
+
+def test_save_model_writes_a_plain_state_dict_the_course_reloads(tmp_path):
+    model = TinyVGG(3, 4, 3, img_size=16)
+    model.build_config = {
+        "name": "tinyvgg",
+        "kwargs": {"img_size": 16, "hidden_units": 4},
+    }
+    path = utils.save_model(model, tmp_path / "models", "tiny.pth")
+    again = TinyVGG(3, 4, 3, img_size=16)
+    again.load_state_dict(torch.load(path))  # the course's reload, unchanged
+    x = torch.randn(2, 3, 16, 16)
+    assert torch.equal(model.eval()(x), again.eval()(x))
+    rebuilt = utils.load_model(path)  # rebuilt from the record beside the file
+    assert torch.equal(model(x), rebuilt.eval()(x))
+    assert sorted(p.name for p in path.parent.iterdir()) == [
+        "tiny.pth",
+        "tiny.pth.json",
+    ]
+
+
+def test_the_course_names_tinyvggs_arguments():
+    model = model_builder.TinyVGG(input_shape=1, hidden_units=5, output_shape=4)
+    assert model(torch.randn(2, 1, 64, 64)).shape == (2, 4)
+
+
+def test_the_course_train_script_trains_and_saves(image_folder, tmp_path, capsys):
+    results = course_train.main(
+        [
+            "--train-dir", str(image_folder / "train"),
+            "--test-dir", str(image_folder / "test"),
+            "--epochs", "2", "--batch-size", "4", "--hidden-units", "4",
+            "--model-dir", str(tmp_path / "models"),
+        ]
+    )  # fmt: skip
+    assert len(results["test_acc"]) == 2
+    model = TinyVGG(3, 4, 3)
+    model.load_state_dict(torch.load(tmp_path / "models" / "tinyvgg.pth"))
+    assert "Epoch: 2 | " in capsys.readouterr().out
+
+
+def test_the_course_train_script_refuses_a_bad_number(image_folder):
+    with pytest.raises(SystemExit):
+        course_train.main(
+            ["--train-dir", str(image_folder), "--test-dir", str(image_folder),
+             "--epochs", "0"]
+        )  # fmt: skip

@@ -1,6 +1,8 @@
-"""The package's declared API: every module listed in its docstring and declaring ``__all__``;
-the chapters import each name from the module that defines it, and ``helper_functions``
-holds the course's five helpers and nothing else."""
+"""The two packages' declared API: ``going_modular`` (the course's) and ``vitbook`` (the
+book's machinery). Every module is listed in its package's docstrings, named on the
+architecture page and in its picture, and declares ``__all__``; the chapters import each
+name from the module that defines it, and ``helper_functions`` holds the course's five
+helpers and nothing else."""
 
 from __future__ import annotations
 
@@ -9,37 +11,92 @@ import importlib
 import importlib.util
 import inspect
 import json
+import re
 from pathlib import Path
 
 import pytest
 
 import going_modular
 import helper_functions
+import vitbook
 from vitbook.data import network
 from vitbook.data.download import DownloadError
 
-PACKAGE = Path(going_modular.__file__).parent
-ROOT = PACKAGE.parent
+PACKAGES = {
+    package.__name__: Path(package.__file__).parent
+    for package in (going_modular, vitbook)
+}
+ROOT = PACKAGES["going_modular"].parent
+# A line of a docstring's listing: a module's name below its package in double
+# backticks at the start, two spaces or more, then what it is for, as in
+# ``data.loaders``  the DataLoader builder
+LISTED = re.compile(r"^ *``([\w.]+)`` {2,}\S", re.MULTILINE)
 
 
-def _modules() -> dict[str, Path]:
-    """Every module of the package by its dotted name below ``going_modular``."""
+def _inits(package: str) -> list[Path]:
+    return sorted(PACKAGES[package].rglob("__init__.py"))
+
+
+def _dotted(package: str, path: Path) -> str:
+    """The dotted name below ``package`` of a module or a subpackage's ``__init__``."""
+    parts = path.relative_to(PACKAGES[package]).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _holds_code(path: Path) -> bool:
+    return any(
+        isinstance(node, (ast.FunctionDef, ast.ClassDef))
+        for node in ast.parse(path.read_text()).body
+    )
+
+
+def _modules(package: str) -> dict[str, Path]:
+    """Every module of ``package`` by its dotted name below it; a subpackage whose
+    ``__init__`` holds code (``data.gpu_augment``) is a module of its own too."""
     return {
-        ".".join(path.relative_to(PACKAGE).with_suffix("").parts): path
-        for path in sorted(PACKAGE.rglob("*.py"))
+        _dotted(package, path): path
+        for path in sorted(PACKAGES[package].rglob("*.py"))
         if path.name != "__init__.py"
+        or (path.parent != PACKAGES[package] and _holds_code(path))
     }
 
 
-def test_the_package_docstring_lists_every_module():
-    missing = [
-        name for name in _modules() if f"``{name}``" not in going_modular.__doc__
+def _listings(package: str) -> list[tuple[str, str]]:
+    """(subpackage, name) for each listing line of the package's ``__init__``
+    docstrings, the subpackage being where the docstring is ("" for the package's own)."""
+    return [
+        (_dotted(package, init), name)
+        for init in _inits(package)
+        for name in LISTED.findall(ast.get_docstring(ast.parse(init.read_text())) or "")
     ]
-    assert missing == []
 
 
-def test_every_module_declares_its_names():
-    for path in [PACKAGE / "__init__.py", *_modules().values()]:
+def test_a_listing_line_is_a_name_then_what_it_is_for():
+    text = (
+        "``engine``  the loop\n(``data``)  and ``utils``\n``train``\n"
+        "  ``dim`` (the token width)\n    ``cli.ranks``   who speaks"
+    )
+    assert LISTED.findall(text) == ["engine", "cli.ranks"]
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_the_package_docstrings_list_every_module_once(package):
+    listed = [name for _, name in _listings(package)]
+    modules = _modules(package)
+    assert [name for name in modules if listed.count(name) != 1] == []
+    # What a listing names exists: below the package, or below the docstring's subpackage.
+    known = {*modules, *(_dotted(package, init) for init in _inits(package))}
+    gone = [
+        name
+        for where, name in _listings(package)
+        if name not in known and f"{where}.{name}" not in known
+    ]
+    assert gone == []
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_every_module_declares_its_names(package):
+    for path in sorted(PACKAGES[package].rglob("*.py")):
         tree = ast.parse(path.read_text())
         declared = [
             target.id
@@ -50,10 +107,10 @@ def test_every_module_declares_its_names():
             )
             if isinstance(target, ast.Name)
         ]
-        assert "__all__" in declared, path.relative_to(PACKAGE)
+        assert "__all__" in declared, path.relative_to(ROOT)
 
 
-def _package_map_layers() -> list[tuple[str, str, str, list[str]]]:
+def _package_map_layers() -> list[tuple[str, str, str, str, list[str]]]:
     spec = importlib.util.spec_from_file_location(
         "draw_package_map", ROOT / "scripts" / "draw_package_map.py"
     )
@@ -63,24 +120,29 @@ def _package_map_layers() -> list[tuple[str, str, str, list[str]]]:
 
 
 def test_the_architecture_page_and_its_picture_name_every_module():
-    # A package whose __init__ holds code (data.gpu_augment) is a module of its own too.
-    packages_with_code = {
-        ".".join(init.parent.relative_to(PACKAGE).parts)
-        for init in PACKAGE.rglob("__init__.py")
-        if any(
-            isinstance(node, (ast.FunctionDef, ast.ClassDef))
-            for node in ast.parse(init.read_text()).body
-        )
-    }
-    modules = sorted([*_modules(), *packages_with_code])
+    # Both name a module in full, its package first: going_modular.engine, vitbook.train.
+    modules = sorted(
+        f"{package}.{name}" for package in PACKAGES for name in _modules(package)
+    )
     page = (ROOT / "book" / "package.md").read_text()
     assert [name for name in modules if f"`{name}`" not in page] == []
-    drawn = [name for *_, names in _package_map_layers() for name in names]
+    layers = _package_map_layers()
+    drawn = [name for *_, names in layers for name in names]
     not_drawn = [name for name in modules if name not in drawn]
     assert not_drawn == [], f"not in the picture: {not_drawn}"
     gone = [name for name in drawn if name not in modules]
-    assert gone == [], f"drawn, but not in the package: {gone}"
+    assert gone == [], f"drawn, but not in the packages: {gone}"
     assert sorted(drawn) == sorted(set(drawn)), "a module drawn twice"
+    # Each layer holds one package's modules, vitbook's layers above going_modular's.
+    packages = [package for package, *_ in layers]
+    assert packages == sorted(packages, key=["vitbook", "going_modular"].index)
+    misplaced = [
+        name
+        for package, *_, names in layers
+        for name in names
+        if name.split(".")[0] != package
+    ]
+    assert misplaced == []
 
 
 def _chapter_imports() -> list[tuple[str, str, str | None]]:
@@ -112,16 +174,6 @@ COURSE_HELPERS = {
     "pred_and_plot_image",
     "set_seeds",
     "walk_through_dir",
-}
-# The course's own modules (learnpytorch's engine.py and utils.py) re-export what their
-# readers call through them: the training loop, and saving, loading, seeds and the device.
-COURSE_REEXPORTS = {
-    ("going_modular.engine", "fit"),
-    ("going_modular.engine", "evaluate"),
-    ("going_modular.utils", "get_device"),
-    ("going_modular.utils", "load_model"),
-    ("going_modular.utils", "save_model"),
-    ("going_modular.utils", "set_seeds"),
 }
 
 
@@ -166,8 +218,7 @@ def test_chapters_import_each_package_name_from_the_module_that_defines_it():
     misplaced = [
         (chapter, f"from {module} import {name}")
         for chapter, module, name in _chapter_imports()
-        if module.split(".")[0] == "going_modular"
-        and (module, name) not in COURSE_REEXPORTS
+        if module.split(".")[0] in PACKAGES
         and (name is None or not defines(module, name))
     ]
     assert misplaced == []

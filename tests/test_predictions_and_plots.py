@@ -107,3 +107,13 @@ def test_class_names_that_do_not_match_the_model(texture_photos):
     image = next((texture_photos / "test" / "grass").glob("*.jpg"))
     with pytest.raises(ValueError, match="3 class scores but 2 class names"):
         predictions.pred_and_plot_image(_AlwaysSecond(), ["a", "b"], image, (32, 32))
+
+
+def test_a_dollar_in_a_title_is_drawn_literally():
+    results = {
+        k: [1.0, 0.5] for k in ("train_loss", "test_loss", "train_acc", "test_acc")
+    }
+    figure = plots.plot_loss_curves(results, title="run in data/$x_$")
+    figure.canvas.draw()  # as maths "$x_$" is a syntax error (ValueError)
+    assert figure._suptitle.get_text() == r"run in data/\$x_\$"
+    matplotlib.pyplot.close(figure)

@@ -32,15 +32,23 @@ supplies the defaults of ``--epochs``, ``--batch-size``, ``--lr``, ``--weight-de
 ``--warmup-epochs`` and ``--label-smoothing``; options given explicitly override them.
 ``--time-budget MINUTES`` stops training when the time is spent (see ``vitbook.training.loop.fit``).
 
+The CLI reads none of the book's ``BOOK_*`` variables; its own switches say what they do:
+``--offline`` never touches the network, ``--data-root PATH`` is where datasets land and
+``--dry-run`` caps every epoch at :data:`~vitbook.cli.config.DRY_RUN_STEPS` training and
+test batches (the book's chapters pass them from their settings).
+
 Launched by ``torchrun --nproc_per_node=N -m vitbook.train ...`` (or with ``--nnodes``
 and ``--rdzv-endpoint`` on several machines), each process joins the process group
 (:func:`~vitbook.training.distributed.from_environment`: NCCL on CUDA, gloo on a CPU)
 and trains a replica on its shard of every global batch of ``N x --batch-size`` images;
-the learning rate is used as given. Rank 0 alone locks the output folder, creates the run
-folder (whose path it sends to the others) and writes the checkpoints, results, curves and
-MLflow records, and prints; every rank restores a ``--resume``d checkpoint, which must come
-from as many processes. A rank that dies or hangs ends the others after ``--dist-timeout``
-seconds at most, each saying which rank it is; rank 0 keeps the completed epochs.
+the learning rate is used as given. The processes must have been given the same options
+(each node types its own command): any difference, say in ``--lr`` or ``--seed``, is
+refused before anything starts, naming the options and each rank's value. Rank 0 alone
+locks the output folder, creates the run folder (whose path it sends to the others) and
+writes the checkpoints, results, curves and MLflow records, and prints; every rank
+restores a ``--resume``d checkpoint, which must come from as many processes. A rank that
+dies or hangs ends the others after ``--dist-timeout`` seconds at most, each saying which
+rank it is; rank 0 keeps the completed epochs.
 """
 
 from __future__ import annotations
@@ -62,7 +70,6 @@ from torch import nn  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 
 from going_modular import utils  # noqa: E402
-from vitbook.book import settings  # noqa: E402
 from vitbook.cli import parts, ranks, resume  # noqa: E402
 from vitbook.cli.config import RunConfig  # noqa: E402
 from vitbook.cli.errors import (
@@ -240,19 +247,22 @@ def run(
     write the model, results and curves there: model, lock, data, recipe, fit, save. With
     ``ctx`` (torchrun), this process is one rank of a distributed run (see the module).
 
-    Raises UsageError before anything is written when the model or a resumed run's
-    checkpoint does not fit, TrainingInterrupted after saving the completed epochs on
-    Ctrl-C, SIGTERM or SIGHUP (``stops``: their handler, see
+    Raises UsageError before anything is written when the processes were given
+    different options, or the model or a resumed run's checkpoint does not fit,
+    TrainingInterrupted after saving the completed epochs on Ctrl-C, SIGTERM or SIGHUP (``stops``: their handler, see
     :func:`~vitbook.training.runs.stop_signals`), and TrainingFailed after saving them
     when training fails (e.g. the loss diverges).
     """
     stops = stops or runs.StopSignals()
+    if ctx is not None:
+        ranks.check_same_options(config, ctx)
     utils.set_seeds(config.seed)
     model, img_size, channels = parts.fitting_model(config)
     device = utils.get_device() if ctx is None else ctx.device
     if ctx is not None:
         ranks.share_work(config, ctx)
     with contextlib.ExitStack() as held:
+        held.enter_context(parts.data_switches(config))
         ranks.on_main(
             ctx, lambda: held.enter_context(locked_output_dir(config.output_dir))
         )
@@ -274,6 +284,7 @@ def run(
                 recipe,
                 device=device,
                 checkpoint_dir=current.dir,
+                identity=resume.run_identity(current.record),
                 callbacks=[_finish_after(recipe.epochs, stops)],
                 distributed=ctx,
             )
@@ -287,18 +298,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     Exits with 2 on bad options, 1 when training fails (e.g. a NaN loss) and 128 + the
     signal's number when stopped (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP), each with a
     one-line message instead of a traceback (as the program, ``argv`` None, more stop
-    signals after the first are ignored until it has exited). ``BOOK_OFFLINE=1`` keeps
-    the data offline.
-    Under torchrun, bad options are reported by rank 0 alone (every rank exits with 2).
+    signals after the first are ignored until it has exited). It reads no ``BOOK_*``
+    variable: ``--offline``, ``--data-root`` and ``--dry-run`` are its own switches.
+    Under torchrun, bad options, and processes given different options, are reported by
+    rank 0 alone (every rank exits with 2).
     """
     speaks = os.environ.get("RANK", "0") == "0"  # torchrun's rank 0, or no torchrun
     parser = build_parser()
-    try:  # the BOOK_* switches the CLI reads, checked before anything is made
-        settings.apply_to_library()
-        settings.is_dry_run()
-    except ValueError as error:
-        with ranks.silenced(not speaks):
-            parser.error(str(error))
     with ranks.silenced(not speaks):
         args = parser.parse_args(argv)
     try:

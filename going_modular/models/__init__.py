@@ -4,9 +4,9 @@
 module             contents
 =================  =============================================================================
 ``layers``         :class:`~.layers.Attention`, :class:`~.layers.Mlp`, :class:`~.layers.Block`,
-                   ``DropPath``, ``record_attention``, ``conv_output_size``,
-                   ``sinusoidal_embedding``
-``vit``            the paper's ViT (``vit_b_16``, ``vit_l_16``, ``vit_h_14``, ``vit_tiny``,
+                   ``DropPath``, ``record_attention``, ``explicit_attention``,
+                   ``conv_output_size``, ``sinusoidal_embedding``
+``vit``            the paper's ViT (``vit_b_16``, ``vit_l_16``, ``vit_h_14``, ``vit_4_16``,
                    ``vit_cifar_p2``)
 ``cct``            ViT-Lite, CVT, CCT for images (``CompactTransformer``, ``CompactBlock``;
                    ``vit_lite_7_4``, ``cvt_7_4``, ``cct_7_3x1``, ...)
@@ -27,6 +27,7 @@ Every model and factory names its arguments with one vocabulary:
 * ``drop_rate`` (dropout after the attention's output projection and the MLP's Linears),
   ``attn_drop_rate`` (on the attention weights), ``drop_path_rate`` (stochastic depth),
   ``pos_drop_rate`` (on the embedded tokens, after the position embedding);
+* ``stem_channels``: the width of a convolutional stem (the hybrid ViT's, CCT's tokenizer);
 * ``pos_embed`` (``"learnable"``, ``"sine"``, ``"none"``) and ``pool`` (``"cls"``, ``"seq"``
   for SeqPool, ``"mean"``), where a family offers a choice.
 

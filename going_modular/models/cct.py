@@ -56,9 +56,10 @@ POOLS = ("seq", "cls", "mean")
 class Tokenizer(nn.Module):
     """Images (B, C, H, W) -> tokens (B, N, dim): ``n_conv_layers`` x [Conv2d, ReLU, MaxPool2d].
 
-    Channels go ``in_channels -> in_planes -> ... -> dim``; the feature map is then flattened
-    row by row into N = H' * W' tokens. ViT-Lite and CVT use :meth:`patchify`: a single conv
-    with kernel = stride = patch size and a bias, without ReLU or pooling.
+    Channels go ``in_channels -> stem_channels -> ... -> dim`` (the reference's
+    ``in_planes``, named as the hybrid ViT's stem width); the feature map is then flattened
+    row by row into N = H' * W' tokens. ViT-Lite and CVT use :meth:`patchify`: a single
+    conv with kernel = stride = patch size and a bias, without ReLU or pooling.
     """
 
     def __init__(
@@ -69,7 +70,7 @@ class Tokenizer(nn.Module):
         stride: int,
         padding: int,
         n_conv_layers: int = 1,
-        in_planes: int = 64,
+        stem_channels: int = 64,
         relu: bool = True,
         max_pool: bool = True,
         pooling_kernel_size: int = 3,
@@ -84,13 +85,13 @@ class Tokenizer(nn.Module):
             kernel_size=kernel_size,
             stride=stride,
             n_conv_layers=n_conv_layers,
-            in_planes=in_planes,
+            stem_channels=stem_channels,
             pooling_kernel_size=pooling_kernel_size,
             pooling_stride=pooling_stride,
         )
         check_sizes(0, padding=padding, pooling_padding=pooling_padding)
         self.in_channels = in_channels
-        channels = [in_channels] + [in_planes] * (n_conv_layers - 1) + [dim]
+        channels = [in_channels] + [stem_channels] * (n_conv_layers - 1) + [dim]
         self.conv_layers = nn.Sequential(
             *(
                 nn.Sequential(
@@ -221,15 +222,16 @@ class CompactTransformer(nn.Module):
 
     ``tokenizer`` maps the input to (B, N, dim) tokens; for images (a :class:`Tokenizer`)
     ``img_size`` gives the token grid (``grid_size``, e.g. to show SeqPool weights as an image:
-    ``model(x, return_pool_weights=True)[1].reshape(-1, *model.grid_size)``), otherwise
+    ``model.pool_weights(x).reshape(-1, *model.grid_size)``), otherwise
     ``num_tokens`` is N (the text CCT). Then a class token (``pool="cls"``, ViT-Lite) or not
     (``"seq"``: :class:`SeqPool`, CVT and CCT; ``"mean"``: the tokens' average), position
     embeddings (``pos_embed``: ``"learnable"``, a trunc-normal std 0.2 Parameter; ``"sine"``, a
-    fixed buffer, in ``state_dict`` but not in ``parameters()``; ``"none"``), dropout, ``depth``
+    fixed buffer, in ``state_dict`` but not in ``parameters()``; ``"none"``), dropout
+    (``pos_drop_rate``; the reference drops the tokens with its ``drop_rate``), ``depth``
     :class:`CompactBlock` (qkv without bias), a final LayerNorm, the pooling and a Linear
     ``head``. Stochastic depth rises linearly from 0 in the first block to ``drop_path_rate`` in
-    the last; ``drop_rate`` also drops the embedded tokens. Linear weights are trunc-normal std
-    0.02 with zero biases, LayerNorms ones and zeros.
+    the last. Linear weights are trunc-normal std 0.02 with zero biases, LayerNorms ones and
+    zeros. ``forward`` returns the logits, :meth:`pool_weights` SeqPool's weights.
     """
 
     def __init__(
@@ -247,6 +249,7 @@ class CompactTransformer(nn.Module):
         drop_rate: float = 0.0,
         attn_drop_rate: float = 0.1,
         drop_path_rate: float = 0.1,
+        pos_drop_rate: float = 0.0,
         pos_embed: str = "learnable",
     ):
         super().__init__()
@@ -267,7 +270,11 @@ class CompactTransformer(nn.Module):
             depth=depth,
             heads=heads,
         )
-        check_rates(drop_rate=drop_rate, drop_path_rate=drop_path_rate)
+        check_rates(
+            drop_rate=drop_rate,
+            drop_path_rate=drop_path_rate,
+            pos_drop_rate=pos_drop_rate,
+        )
         _check_choice("pos_embed", pos_embed, POS_EMBEDS)
         _check_choice("pool", pool, POOLS)
         self.tokenizer = tokenizer
@@ -275,7 +282,7 @@ class CompactTransformer(nn.Module):
         self.cls_token = nn.Parameter(torch.zeros(1, 1, dim)) if pool == "cls" else None
         self.seq_pool = SeqPool(dim) if pool == "seq" else None
         self._init_pos_embed(pos_embed, num_tokens + (pool == "cls"), dim)
-        self.pos_drop = nn.Dropout(drop_rate)
+        self.pos_drop = nn.Dropout(pos_drop_rate)
         rates = torch.linspace(0, drop_path_rate, depth, device="cpu").tolist()
         self.blocks = nn.ModuleList(
             CompactBlock(
@@ -383,38 +390,35 @@ class CompactTransformer(nn.Module):
         mask: torch.Tensor | None = None,
         *,
         pre_logits: bool = False,
-        return_pool_weights: bool = False,
-    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    ) -> torch.Tensor:
         """Encoded tokens (B, N, dim) and their optional (B, N) mask -> logits (B,
-        num_classes), or with ``pre_logits`` the pooled (B, dim); with ``return_pool_weights``
-        also SeqPool's (B, N) weights (SeqPool models only)."""
-        if return_pool_weights and self.seq_pool is None:
+        num_classes), or with ``pre_logits`` the pooled (B, dim)."""
+        pooled, _ = self.pool_tokens(x, mask)
+        return pooled if pre_logits else self.head(pooled)
+
+    def forward_tokens(
+        self, tokens: torch.Tensor, mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Tokens (B, N, dim), as the tokenizer returns them, and an optional (B, N) mask ->
+        logits (B, num_classes)."""
+        return self.forward_head(self.encode(tokens, mask), mask)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Images (B, C, H, W) -> logits (B, num_classes)."""
+        return self.forward_head(self.forward_features(x))
+
+    def pool_weights(
+        self, x: torch.Tensor, mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """The input (and its optional mask, as ``forward`` takes them) -> SeqPool's (B, N)
+        weights over the tokens, each row summing to one (SeqPool models only)."""
+        if self.seq_pool is None:
             raise ValueError(
                 f"This model pools with {'a class token' if self.pool == 'cls' else 'the mean'}"
                 ": it has no SeqPool weights."
             )
-        pooled, weights = self.pool_tokens(x, mask)
-        out = pooled if pre_logits else self.head(pooled)
-        return (out, weights) if return_pool_weights else out
-
-    def forward_tokens(
-        self,
-        tokens: torch.Tensor,
-        mask: torch.Tensor | None = None,
-        return_pool_weights: bool = False,
-    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-        """Tokens (B, N, dim), as the tokenizer returns them, and an optional (B, N) mask ->
-        logits (B, num_classes) (and SeqPool's weights)."""
-        x = self.encode(tokens, mask)
-        return self.forward_head(x, mask, return_pool_weights=return_pool_weights)
-
-    def forward(
-        self, x: torch.Tensor, return_pool_weights: bool = False
-    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-        """Images (B, C, H, W) -> logits (B, num_classes); with ``return_pool_weights`` also
-        the (B, N) SeqPool weights (CVT and CCT only)."""
-        x = self.forward_features(x)
-        return self.forward_head(x, return_pool_weights=return_pool_weights)
+        tokens, mask = self.tokenize(x, mask)
+        return self.seq_pool.pool_weights(self.encode(tokens, mask), mask)
 
     def get_attention_maps(self, *inputs: torch.Tensor) -> list[torch.Tensor]:
         """One (B, heads, N, N) attention tensor per block, computed in eval mode."""

@@ -18,10 +18,12 @@ ViTBN family           :class:`Block` with ``head_dim=64`` (wider than ``dim / h
                        ``mlp_layer=partial(Mlp, norm_layer=TokenBatchNorm)``
 =====================  =====================================================================
 
-Attention maps come from :func:`record_attention`, a context manager that makes every
-:class:`Attention` inside a model also compute its softmax explicitly and keep it;
-:func:`explicit_attention` computes it the same way without keeping it (a faster step for some
-models and processors, measured by ``training.speed.fastest_step``).
+Each :class:`Attention` computes its softmax with ``F.scaled_dot_product_attention`` while
+its ``fused_attn`` attribute is True (as in timm), explicitly otherwise. Attention maps come
+from :func:`record_attention`, a context manager that makes every :class:`Attention` inside a
+model compute its softmax explicitly and keep it; :func:`explicit_attention` sets
+``fused_attn`` to False on every :class:`Attention` of a model within the ``with`` (a faster
+step for some models and processors, measured by ``training.speed.fastest_step``).
 :func:`conv_output_size` and :func:`sinusoidal_embedding` are the small helpers the models
 share. Weights saved under other names load with ``vitbook.models.convert``.
 """
@@ -30,7 +32,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from contextvars import ContextVar
 from typing import Any, TypeVar
 
 import torch
@@ -59,8 +60,6 @@ Norm = Callable[[int], nn.Module]
 
 IntOrTensor = TypeVar("IntOrTensor", int, torch.Tensor)
 
-_EXPLICIT = ContextVar("explicit_attention", default=False)
-
 
 class Attention(nn.Module):
     """Multi-head self-attention: (B, N, dim) tokens -> (B, N, dim).
@@ -70,9 +69,10 @@ class Attention(nn.Module):
     concatenated outputs back to ``dim``. ``attn_drop_rate`` drops attention weights,
     ``drop_rate`` the output of ``proj``. ``attn_mask`` (boolean, broadcastable to
     (B, heads, N, N), True where a query may attend to a key, e.g. a (B, 1, 1, N) key-padding
-    mask) is that of ``F.scaled_dot_product_attention``, which computes the attention. Inside
-    :func:`record_attention` or :func:`explicit_attention` the softmax is computed explicitly
-    instead (and kept by the first).
+    mask) is that of ``F.scaled_dot_product_attention``, which computes the attention while
+    ``fused_attn`` is True (the default). With ``fused_attn`` False (see
+    :func:`explicit_attention`), or inside :func:`record_attention`, the softmax is computed
+    explicitly instead (and kept by the latter).
     """
 
     def __init__(
@@ -102,6 +102,7 @@ class Attention(nn.Module):
         self.qkv = nn.Linear(dim, 3 * heads * head_dim, bias=qkv_bias)
         self.proj = nn.Linear(heads * head_dim, dim)
         self.proj_drop = nn.Dropout(drop_rate)
+        self.fused_attn = True  # read in forward: SDPA, or the explicit softmax
         self.recorded: list[torch.Tensor] | None = None  # set by record_attention
 
     def forward(
@@ -112,7 +113,7 @@ class Attention(nn.Module):
         qkv = self.qkv(x).reshape(batch, tokens, 3, self.heads, self.head_dim)
         q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)
         dropout_p = self.attn_drop_rate if self.training else 0.0
-        if self.recorded is None and not _EXPLICIT.get():
+        if self.fused_attn and self.recorded is None:
             out = F.scaled_dot_product_attention(
                 q, k, v, attn_mask=attn_mask, dropout_p=dropout_p
             )
@@ -275,20 +276,25 @@ def sinusoidal_embedding(
 
 
 @contextmanager
-def explicit_attention() -> Iterator[None]:
-    """Within the ``with``, every :class:`Attention` computes softmax(q k^T / sqrt(d)) v as
-    two matmuls and a softmax, not with ``F.scaled_dot_product_attention``.
+def explicit_attention(model: nn.Module) -> Iterator[None]:
+    """Within the ``with``, every :class:`Attention` in ``model`` computes
+    softmax(q k^T / sqrt(d)) v as two matmuls and a softmax, not with
+    ``F.scaled_dot_product_attention``: their ``fused_attn`` is False, then restored.
 
     The result is the same up to float rounding. Under autocast the matmuls then run in its
     low precision (SDPA's math kernel works in float32 on a CPU); for the short sequences of
     small heads of the compact models that is the faster step on some CPUs
-    (``training.speed.fastest_step`` measures it).
+    (``training.speed.fastest_step`` measures it). A model without :class:`Attention`
+    (a CNN, torchvision's ViT) is left as it is.
     """
-    token = _EXPLICIT.set(True)
+    previous = {m: m.fused_attn for m in model.modules() if isinstance(m, Attention)}
+    for attention in previous:
+        attention.fused_attn = False
     try:
         yield
     finally:
-        _EXPLICIT.reset(token)
+        for attention, fused in previous.items():
+            attention.fused_attn = fused
 
 
 @contextmanager

@@ -118,7 +118,9 @@ class TextCCT(CompactTransformer):
     embeddings, in every attention layer as a key-padding mask, and in SeqPool; without a mask
     every position is a real token. ``embedding_weights`` (vocab_size, word_embedding_dim), e.g.
     GloVe vectors, initialise the word embedding; ``freeze_embedding`` keeps it fixed. Other
-    keywords (``drop_rate``, ``attn_drop_rate``, ``drop_path_rate``) go to the transformer body.
+    keywords (``drop_rate``, ``attn_drop_rate``, ``drop_path_rate``, ``pos_drop_rate``) go to
+    the transformer body. ``pool_weights(token_ids, mask)`` gives SeqPool's (B, N) weights
+    over the conv tokens.
     """
 
     def __init__(
@@ -196,16 +198,12 @@ class TextCCT(CompactTransformer):
         return self.tokenizer(self.embedding(token_ids), mask)
 
     def forward(
-        self,
-        token_ids: torch.Tensor,
-        mask: torch.Tensor | None = None,
-        return_pool_weights: bool = False,
-    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-        """(B, L) token ids and optional (B, L) mask -> logits (B, num_classes); with
-        ``return_pool_weights`` also SeqPool's (B, N) weights over the conv tokens."""
+        self, token_ids: torch.Tensor, mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """(B, L) token ids and optional (B, L) mask -> logits (B, num_classes)."""
         x = self.forward_features(token_ids, mask)
         token_mask = None if mask is None else self.tokenizer.token_mask(mask.bool())
-        return self.forward_head(x, token_mask, return_pool_weights=return_pool_weights)
+        return self.forward_head(x, token_mask)
 
 
 def _word_embedding(

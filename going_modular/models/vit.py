@@ -11,8 +11,9 @@ Figure 1 and section 3.1 of the paper, piece by piece:
 
 (:class:`~going_modular.models.layers.Block` is in ``layers.py``, shared by every model.)
 Table 1's ViT-Base/Large/Huge are the registered ``vit_b_16``, ``vit_l_16`` and ``vit_h_14``;
-``vit_tiny`` and ``vit_cifar_p2`` are small ViTs for training from scratch. The attribute names
-and methods are timm's: a timm ``VisionTransformer``'s state dict loads as it is, and
+``vit_4_16`` (4 layers, 16x16 patches; not timm's 12-layer ``vit_tiny_patch16_224``) and
+``vit_cifar_p2`` are small ViTs for training from scratch. The attribute names and methods are
+timm's: a timm ``VisionTransformer``'s state dict loads as it is, and
 ``forward(x) = forward_head(forward_features(x))``, where ``forward_features`` ends with the
 final norm. The key maps of ``convert.py`` load torchvision's ViT and ``nn.TransformerEncoderLayer``.
 """
@@ -44,7 +45,7 @@ __all__ = [
     "vit_cifar_p2",
     "vit_h_14",
     "vit_l_16",
-    "vit_tiny",
+    "vit_4_16",
 ]
 
 
@@ -144,8 +145,8 @@ class ViT(nn.Module):
 
     ``drop_rate`` is the paper's dropout after every dense layer but the qkv projection,
     ``pos_drop_rate`` its dropout on the embedded tokens (Appendix B.1). ``stem_channels``
-    makes it section 3.1's hybrid (:class:`HybridEmbedding`); ``None`` keeps the plain ViT on
-    patches of pixels.
+    makes it section 3.1's hybrid (:class:`HybridEmbedding`, a convolutional stem of that
+    width, as a CCT ``Tokenizer``'s); ``None`` keeps the plain ViT on patches of pixels.
 
     Initialisation, for training from scratch: the class and position embeddings and every
     Linear weight, head included (not zeros), ~ N(0, 0.02^2), as timm's
@@ -262,7 +263,7 @@ class ViT(nn.Module):
 _VIT_B_16 = dict(patch_size=16, depth=12, dim=768, heads=12, mlp_ratio=4.0)
 _VIT_L_16 = dict(patch_size=16, depth=24, dim=1024, heads=16, mlp_ratio=4.0)
 _VIT_H_14 = dict(patch_size=14, depth=32, dim=1280, heads=16, mlp_ratio=4.0)
-_VIT_TINY = dict(patch_size=16, depth=4, dim=192, heads=3, mlp_ratio=2.0)
+_VIT_4_16 = dict(patch_size=16, depth=4, dim=192, heads=3, mlp_ratio=2.0)
 _VIT_CIFAR_P2 = dict(
     img_size=32,
     patch_size=2,
@@ -298,13 +299,14 @@ def vit_h_14(**kwargs: Any) -> ViT:
 
 
 @register_model
-def vit_tiny(**kwargs: Any) -> ViT:
-    """A ViT small enough to train from scratch on a few hundred images on a CPU: DeiT-Tiny's
-    width (dim 192, 3 heads of 64) but 4 layers and an MLP ratio of 2 for about 1.4M
-    parameters; dropout 0.1 everywhere but in attention, since small data overfits:
+def vit_4_16(**kwargs: Any) -> ViT:
+    """ViT-4/16: 4 layers, 16x16 patches, a ViT small enough to train from scratch on a few
+    hundred images on a CPU: DeiT-Tiny's width (dim 192, 3 heads of 64) but 4 layers (not
+    12) and an MLP ratio of 2 for about 1.4M parameters; dropout 0.1 everywhere but in
+    attention, since small data overfits:
     ``ViT(patch_size=16, depth=4, dim=192, heads=3, mlp_ratio=2.0)``. Other sizes via
     overrides, e.g. ``img_size=64, patch_size=8``."""
-    return ViT(**{**_VIT_TINY, **kwargs})
+    return ViT(**{**_VIT_4_16, **kwargs})
 
 
 @register_model

@@ -95,7 +95,7 @@ def test_attention_to_oneself_has_distance_zero_and_the_class_token_is_ignored()
 
 
 def test_position_similarity_of_a_vit_has_ones_on_the_diagonal():
-    model = build_model("vit_tiny", num_classes=3, img_size=16, patch_size=4)
+    model = build_model("vit_4_16", num_classes=3, img_size=16, patch_size=4)
     sim = position_embedding_similarity(model.pos_embed)
     assert sim.shape == (4, 4, 4, 4)
     for i in range(4):
@@ -109,7 +109,7 @@ def test_position_similarity_of_a_vit_has_ones_on_the_diagonal():
 
 def test_maps_of_a_real_vit_work_end_to_end():
     model = build_model(
-        "vit_tiny", num_classes=3, img_size=16, in_channels=1, patch_size=4
+        "vit_4_16", num_classes=3, img_size=16, in_channels=1, patch_size=4
     )
     maps = model.get_attention_maps(torch.randn(2, 1, 16, 16))
     assert class_token_attention(maps).shape == (4, 2, 3, 4, 4)

@@ -21,7 +21,7 @@ from PIL import Image
 from going_modular.models.cct_variants import cct_7_3x1
 from going_modular.models.layers import collect_attention, sinusoidal_embedding
 from going_modular.models.registry import build_model
-from going_modular.models.vit import vit_tiny
+from going_modular.models.vit import vit_4_16
 from vitbook.book.attention_maps import (
     attention_rollout,
     position_embedding_similarity,
@@ -53,7 +53,7 @@ def _quantised(values: torch.Tensor) -> np.ndarray:
 @pytest.fixture(scope="module")
 def vit():
     torch.manual_seed(0)
-    return vit_tiny(img_size=32, patch_size=8, num_classes=3)
+    return vit_4_16(img_size=32, patch_size=8, num_classes=3)
 
 
 def test_html_is_offline_and_small(vit):
@@ -78,6 +78,16 @@ def test_html_is_offline_and_small(vit):
     # a "</script>" inside the data cannot close the script early
     tricky = Explorer("size", {"presets": {"</script>": {}}}).html
     assert tricky.count("</script>") == 1
+
+
+def test_embedded_json_hides_markup_from_the_html_parser(vit):
+    # "<!--<script>" in a script would swallow every later script on the page
+    names = ["<!--<script>", "a & b", "</script>"]
+    explorer = attention_explorer(vit, torch.rand(3, 3, 32, 32), class_names=names)
+    page = explorer.html
+    payload = re.search(r"getElementById\('vx-\w+'\), (.*)\);</script>$", page)[1]
+    assert not re.search("[<>&]", payload)
+    assert json.loads(payload) == explorer.data  # the same data for the script
 
 
 @pytest.mark.parametrize("label", list(PAPER_PRESETS))
@@ -188,7 +198,7 @@ def test_attention_explorer_subsamples_queries_and_keeps_seqpool():
     assert data["queries"] == [3 * 16 + 3, 3 * 16 + 11, 11 * 16 + 3, 11 * 16 + 11]
     cct.eval()
     with torch.no_grad():
-        _, weights = cct(images, return_pool_weights=True)
+        weights = cct.pool_weights(images)
     pool = _bytes(data["images"][0]["pool"], 256).astype(float) / 255
     expected = (weights[0] / weights[0].max()).numpy()
     assert np.abs(pool - expected).max() <= 0.5 / 255 + 1e-6

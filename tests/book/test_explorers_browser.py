@@ -20,7 +20,7 @@ from test_browser import _chromium, _missing, offline_chromium
 from going_modular.models.cct_variants import cct_7_3x1
 from going_modular.models.layers import sinusoidal_embedding
 from going_modular.models.registry import build_model
-from going_modular.models.vit import vit_tiny
+from going_modular.models.vit import vit_4_16
 from vitbook.book.explorers import (
     PAPER_PRESETS,
     attention_explorer,
@@ -38,7 +38,7 @@ from vitbook.training.optim import warmup_cosine_schedule
 @pytest.fixture(scope="module")
 def page_file(tmp_path_factory):
     torch.manual_seed(0)
-    vit = vit_tiny(img_size=32, patch_size=8, num_classes=3)
+    vit = vit_4_16(img_size=32, patch_size=8, num_classes=3)
     cct = cct_7_3x1(img_size=16, num_classes=3)
     images = torch.rand(2, 3, 32, 32)
     questions = [("How many patches?", 16, "32 * 32 / 8^2."), ("Why?", "x", "y.")]

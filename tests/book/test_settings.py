@@ -1,5 +1,9 @@
 """The quick/cpu/gpu/full setting, the offline and dry-run switches, and the GPU plan."""
 
+import os
+import subprocess
+import sys
+
 import pytest
 
 from vitbook.book import settings
@@ -80,6 +84,66 @@ def test_bad_value_is_explained(monkeypatch, name, value, match):
     }[name]
     with pytest.raises(ValueError, match=match):
         read()
+
+
+# Imports every module of vitbook, then asks for each switch (a fresh process: the
+# settings are applied when vitbook.book.settings is first imported).
+IMPORT_ALL_THEN_ASK = """
+import importlib, pkgutil
+import vitbook
+from vitbook.data import network, paths
+
+for module in pkgutil.walk_packages(vitbook.__path__, "vitbook."):
+    importlib.import_module(module.name)
+from vitbook.book import settings
+
+print(network.is_offline(), paths.data_dir())
+for ask in (settings.is_offline, settings.is_dry_run, settings.uses_fixtures,
+            settings.setting, settings.describe_setting):
+    try:
+        ask()
+    except ValueError as error:
+        print(error)
+"""
+
+
+def test_importing_vitbook_never_fails_on_a_switch_not_understood(tmp_path):
+    """Issue 53: no import raises for a BOOK_* value; each switch says what is wrong
+    when first asked for, the library offline meanwhile and given the other variables."""
+    env = os.environ | {
+        "BOOK_OFFLINE": "maybe",
+        "BOOK_DRY_RUN": "sure",
+        "BOOK_FIXTURES": "perhaps",
+        "BOOK_SETTING": "bogus",
+        "BOOK_DATA_DIR": str(tmp_path / "data"),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", IMPORT_ALL_THEN_ASK],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert (done.returncode, done.stderr) == (0, ""), done.stderr
+    offline = "BOOK_OFFLINE='maybe' is not understood; set it to 1 or 0."
+    choices = settings.SETTINGS
+    assert done.stdout.splitlines() == [
+        f"True {tmp_path / 'data'}",
+        offline,
+        "BOOK_DRY_RUN='sure' is not understood; set it to 1 or 0.",
+        "BOOK_FIXTURES='perhaps' is not understood; set it to 1 or 0.",
+        f"BOOK_SETTING='bogus' is not understood; set it to one of {choices}.",
+        offline,  # the chapter's first line says it
+    ]
+
+
+def test_the_chapters_pass_the_books_switches_to_the_cli(monkeypatch, tmp_path):
+    """The command line reads no BOOK_* variable: a chapter passes them as options."""
+    data = ["--data-root", str(tmp_path / "data")]  # the library's (conftest)
+    monkeypatch.setenv("BOOK_OFFLINE", "0")
+    assert settings.cli_options() == data
+    monkeypatch.setenv("BOOK_OFFLINE", "1")
+    monkeypatch.setenv("BOOK_DRY_RUN", "1")
+    assert settings.cli_options() == ["--offline", "--dry-run", *data]
 
 
 @pytest.mark.parametrize("name", settings.SETTINGS)
@@ -192,6 +256,16 @@ def test_the_book_passes_its_places_to_the_library(monkeypatch, tmp_path, tracki
     assert datasets.course_data_url().startswith("https://github.com/")
     assert paths.debian_fashion_mnist() == paths.DEBIAN_FASHION_MNIST
     assert tracking.tracking_uri() == f"sqlite:///{tracking.default_store()}"
+
+
+def test_under_ci_a_missing_dataset_is_an_error_not_a_stand_in(monkeypatch):
+    """CI must test real data: the book's settings, not the library, read ``CI``."""
+    monkeypatch.setenv("CI", "true")
+    settings.apply_to_library()
+    assert not network.stand_ins_allowed()
+    monkeypatch.delenv("CI")
+    settings.apply_to_library()
+    assert network.stand_ins_allowed()
 
 
 def test_run_report_times_the_chapter_from_its_first_describe_setting(monkeypatch):

@@ -15,7 +15,7 @@ from PIL import Image
 from going_modular.models.cct_variants import CCT, cct_7_3x1
 from going_modular.models.layers import collect_attention, sinusoidal_embedding
 from going_modular.models.registry import build_model
-from going_modular.models.vit import ViT, vit_tiny
+from going_modular.models.vit import ViT, vit_4_16
 from vitbook.book import widgets
 from vitbook.book.attention_maps import (
     attention_rollout,
@@ -32,7 +32,7 @@ ipywidgets = pytest.importorskip("ipywidgets")
 @pytest.fixture(scope="module")
 def vit():
     torch.manual_seed(0)
-    return vit_tiny(img_size=32, patch_size=8, num_classes=3)  # a 4x4 grid
+    return vit_4_16(img_size=32, patch_size=8, num_classes=3)  # a 4x4 grid
 
 
 def _numbers(readout: str) -> dict[str, int]:
@@ -213,7 +213,7 @@ def test_attention_explorer_shows_seqpool_weights():
     explorer.controls["mode"].value = "SeqPool weights"
     cct.eval()
     with torch.no_grad():
-        _, weights = cct(images, return_pool_weights=True)
+        weights = cct.pool_weights(images)
     expected = overlay(images[0], weights[0].reshape(16, 16))
     assert np.allclose(_image_data(explorer.figure.axes[1]), expected)
     assert explorer.readout.value == "SeqPool's weight on each token"

@@ -14,6 +14,7 @@ import time
 import traceback
 import zipfile
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import unquote
 
 import pytest
 
@@ -60,6 +61,9 @@ LYING = _lying_header()
 CSV = b"label,text\n1,pizza\n0,sushi\n"
 EVIL = _zip({"ok.txt": b"fine", "../escaped.txt": b"gotcha"})
 BAD_CRC = _corrupt_member()
+CLASH = _zip({"a": b"a file", "a/b": b"a file in a folder a"})
+CLASH_REVERSED = _zip({"a/b": b"a file in a folder a", "a": b"a file"})
+LONG_NAME = "n" * 300 + ".csv"  # 304 characters: above a file system's 255 bytes
 HTML = b"<!DOCTYPE html><html><body>Sign in to download</body></html>"
 USER, PASSWORD = "reader", "p@ss word"  # sent as basic authentication to /secret.zip
 BASIC = "Basic " + base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
@@ -77,6 +81,17 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(HTML)
         elif self.path == "/badcrc.zip":
             self._send(BAD_CRC)
+        elif self.path == "/clash.zip":
+            self._send(CLASH)
+        elif self.path == "/clash-reversed.zip":
+            self._send(CLASH_REVERSED)
+        elif self.path == f"/{LONG_NAME}":
+            self._send(CSV)
+        elif self.path.startswith("/length/"):  # /length/abc/x.zip: that Content-Length
+            self.send_response(200)
+            self.send_header("Content-Length", unquote(self.path.split("/")[2]))
+            self.end_headers()
+            self.wfile.write(GOOD)
         elif self.path == "/bomb.zip":
             self._send(BOMB)
         elif self.path == "/lying.zip":
@@ -291,6 +306,7 @@ def test_temporaries_of_a_killed_download_are_removed(tmp_path, dead_pid):
         ("file:///etc/passwd", "food", "not file://.*copy or extract it"),
         ("C:/data/x.zip", "food", "this is not a URL"),
         ("www.example.com/x.zip", "food", "this is not a URL"),
+        ("http://[::1/x.zip", "food", "this is not a URL"),
         ("http://127.0.0.1:9/x.zip", "../outside", "not a plain folder name"),
         ("http://127.0.0.1:9/x.zip", "", "not a plain folder name"),
     ],
@@ -499,3 +515,38 @@ def test_a_client_hanging_up_prints_no_traceback(server, online, tmp_path, capfd
     with pytest.raises(DownloadError, match="broke off|network error"):
         download_data(f"{server}/hang-up.zip", "food", data_dir=tmp_path)
     assert "Traceback" not in capfd.readouterr().err
+
+
+@pytest.mark.parametrize("length", ["abc", "-5", "5,%206"])
+def test_an_invalid_content_length_is_named(server, online, tmp_path, length):
+    """It was taken for a bad URL ("this is not a URL (invalid literal for int()") or,
+    at -5, for a transfer cut short."""
+    with pytest.raises(
+        DownloadError, match=r"the server sent an invalid (header \()?Content-Length"
+    ):
+        download_data(f"{server}/length/{length}/x.zip", "food", data_dir=tmp_path)
+    assert _leftovers(tmp_path) == []
+
+
+def test_a_file_name_too_long_for_the_disk_is_shortened(
+    server, online, tmp_path, capsys
+):
+    """A 304-character name from the URL failed as "could not write to ... check that
+    the folder is writable"."""
+    folder = download_data(f"{server}/{LONG_NAME}", "text", data_dir=tmp_path)
+    (stored,) = folder.glob("*.csv")
+    assert stored.read_bytes() == CSV
+    assert stored.name.startswith("nnnn") and len(stored.name) <= 128
+    assert f"has 304 characters; saved as {stored.name}" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("path", ["/clash.zip", "/clash-reversed.zip"])
+def test_a_zip_holding_a_file_and_a_folder_of_one_name_is_refused(
+    server, online, tmp_path, path
+):
+    """It was reported as a disk problem: "could not write to ... free space"."""
+    with pytest.raises(
+        DownloadError, match="holds a file and a folder of the same name, 'a'"
+    ):
+        download_data(f"{server}{path}", "food", data_dir=tmp_path)
+    assert _leftovers(tmp_path) == []

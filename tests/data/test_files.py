@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import stat
@@ -109,3 +110,21 @@ def test_another_machines_temporaries_are_kept_for_a_day(tmp_path, dead_pid):
     assert [p.name for p in tmp_path.iterdir()] == [theirs.name]
     with files.temporary_folder(tmp_path, "x") as scratch:
         assert scratch.name.startswith(f".x.partial-{os.getpid()}@{me}-")
+
+
+def test_a_listing_hashes_names_as_bytes_even_when_not_utf8(tmp_path):
+    """A name that is not UTF-8 (``b'caf\\xe9.png'``) raised UnicodeEncodeError (issue
+    53); a UTF-8 one hashes as before, so runs begun earlier still resume."""
+    root = os.fsencode(tmp_path)
+    for name in (b"caf\xe9.png", "café.png".encode()):
+        with open(root + b"/" + name, "wb") as f:
+            f.write(b"12345")
+    odd, utf8 = (
+        os.fsdecode(root + b"/" + n) for n in (b"caf\xe9.png", b"caf\xc3\xa9.png")
+    )
+    assert files.listing_sha256(tmp_path, [(odd, 0)]) != files.listing_sha256(
+        tmp_path, [(odd, 1)]
+    )
+    before = hashlib.sha256("café.png\x000\x005\n".encode()).hexdigest()
+    assert files.listing_sha256(tmp_path, [(utf8, 0)]) == before
+    assert files.shown(odd) == f"{tmp_path}/caf\\xe9.png"

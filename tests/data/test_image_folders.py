@@ -9,6 +9,7 @@ import os
 import struct
 import threading
 import time
+import warnings
 import zlib
 
 import numpy as np
@@ -262,6 +263,46 @@ def test_a_corrupt_image_stops_the_loaders_before_any_batch(tmp_path):
     train_dl, _, _ = _loaders(train_dir, test_dir, check_images=False)  # found later
     with pytest.raises(ImageDecodeError, match="broken.jpg"):
         list(train_dl)
+
+
+@pytest.mark.parametrize("fmt", ["BMP", "TIFF", "GIF", "PPM", "PNG", "WEBP"])
+def test_a_truncated_image_of_any_format_is_named_before_training(fmt, tmp_path):
+    """A BMP, TIFF, GIF or PPM cut in half passed Pillow's ``verify()`` and failed in
+    epoch 1 (issue 53)."""
+    pixels = np.random.default_rng(0).integers(0, 256, (32, 32, 3), dtype=np.uint8)
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, format=fmt)
+    whole, cut = tmp_path / f"whole.{fmt}", tmp_path / f"cut.{fmt}"
+    whole.write_bytes(buffer.getvalue())
+    cut.write_bytes(buffer.getvalue()[: len(buffer.getvalue()) // 2])
+    with pytest.raises(ImageDecodeError, match="1 file") as info:
+        verify_images([whole, cut])
+    assert f"{cut}: " in str(info.value) and "whole" not in str(info.value)
+
+
+def test_an_image_of_too_many_pixels_is_refused_not_warned_of(tmp_path, monkeypatch):
+    """Above Pillow's MAX_IMAGE_PIXELS (89 megapixels) an image only warned, then cost
+    ~700 MB in training (issue 53); at the limit it is fine."""
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 64 * 64)
+    Image.new("RGB", (64, 64)).save(tmp_path / "at_limit.png")
+    Image.new("RGB", (65, 64)).save(tmp_path / "above.png")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # refused, not warned of
+        verify_images([tmp_path / "at_limit.png"])
+        with pytest.raises(ImageDecodeError) as info:
+            verify_images([tmp_path / "above.png"])
+    assert f"{tmp_path / 'above.png'}: 65x64 pixels (0 megapixels" in str(info.value)
+    assert "Shrink it" in str(info.value)
+
+
+def test_a_name_that_is_not_utf8_is_shown_with_escapes(tmp_path):
+    cut = os.fsencode(tmp_path) + b"/caf\xe9.png"
+    with open(cut, "wb") as f:
+        f.write(b"\x89PNG\r\n\x1a\n garbage")
+    with pytest.raises(ImageDecodeError) as info:
+        verify_images([os.fsdecode(cut)])
+    assert f"{tmp_path}/caf\\xe9.png: " in str(info.value)
+    str(info.value).encode("utf-8")  # prints on any terminal
 
 
 def test_checking_the_texture_photos_is_cheap(texture_photos):

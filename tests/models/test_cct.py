@@ -300,13 +300,32 @@ def test_forward_backward_224(name: str) -> None:
 
 def test_seqpool_weights() -> None:
     model = cct_7_3x1().eval()
-    logits, weights = model(torch.randn(3, 3, 32, 32), return_pool_weights=True)
-    assert logits.shape == (3, 10) and weights.shape == (3, 256)
+    images = torch.randn(3, 3, 32, 32)
+    with torch.no_grad():
+        weights = model.pool_weights(images)
+        _, pooled_with = model.pool_tokens(model.forward_features(images))
+    assert weights.shape == (3, 256) and torch.equal(weights, pooled_with)
     assert torch.allclose(weights.sum(dim=1), torch.ones(3))
     assert (weights >= 0).all()
     assert weights.reshape(3, *model.grid_size).shape == (3, 16, 16)
     with pytest.raises(ValueError, match="class token"):
-        vit_lite_7_4()(torch.randn(1, 3, 32, 32), return_pool_weights=True)
+        vit_lite_7_4().pool_weights(torch.randn(1, 3, 32, 32))
+
+
+def test_forward_returns_only_the_logits() -> None:
+    model = cct_2_3x2().eval()
+    images = torch.randn(2, 3, 32, 32)
+    assert isinstance(model(images), torch.Tensor)
+    with pytest.raises(TypeError):
+        model(images, return_pool_weights=True)  # the weights: model.pool_weights
+
+
+def test_pos_drop_rate_is_the_dropout_after_the_position_embedding() -> None:
+    model = cct_2_3x2(drop_rate=0.1, pos_drop_rate=0.2)
+    assert model.pos_drop.p == 0.2
+    assert model.blocks[0].mlp.drop1.p == model.blocks[0].attn.proj_drop.p == 0.1
+    assert cct_2_3x2(drop_rate=0.1).pos_drop.p == 0.0  # its own rate, as the ViT's
+    assert vit_lite_7_4(pos_drop_rate=0.3).pos_drop.p == 0.3
 
 
 def test_seqpool_mask_and_formula() -> None:
@@ -352,7 +371,7 @@ def test_pooling_is_chosen_by_an_argument() -> None:
         if pool == "cls":
             assert torch.equal(pooled, features[:, 0])
     with pytest.raises(ValueError, match="the mean: it has no SeqPool"):
-        cct_2_3x2(pool="mean")(images, return_pool_weights=True)
+        cct_2_3x2(pool="mean").pool_weights(images)
 
 
 def test_forward_features_ends_with_the_final_norm() -> None:

@@ -19,6 +19,7 @@ from going_modular.models.layers import (
     Mlp,
     collect_attention,
     conv_output_size,
+    explicit_attention,
     record_attention,
     sinusoidal_embedding,
 )
@@ -209,6 +210,36 @@ def test_attention_needs_heads_to_divide_dim_or_a_head_dim():
     ):
         Attention(100, 12)
     assert Attention(100, 12, head_dim=8).proj.in_features == 96
+
+
+def test_fused_attn_switches_each_attention_and_explicit_attention_restores_it(
+    monkeypatch,
+):
+    torch.manual_seed(0)
+    blocks = nn.Sequential(Block(16, 2), Block(16, 2)).eval()
+    other = Attention(16, 2).eval()
+    x = torch.randn(2, 5, 16)
+    with torch.no_grad():
+        fused = blocks(x)
+    calls = []
+    sdpa = F.scaled_dot_product_attention
+
+    def counting_sdpa(*args, **kwargs):
+        calls.append(1)
+        return sdpa(*args, **kwargs)
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", counting_sdpa)
+    assert blocks[0].attn.fused_attn and other.fused_attn  # SDPA by default
+    blocks[1].attn.fused_attn = False  # one module explicit, as timm's attribute
+    with torch.no_grad():
+        torch.testing.assert_close(blocks(x), fused, atol=1e-6, rtol=1e-5)
+        assert len(calls) == 1
+        with explicit_attention(blocks):  # this model's attentions only
+            assert not blocks[0].attn.fused_attn and other.fused_attn
+            torch.testing.assert_close(blocks(x), fused, atol=1e-6, rtol=1e-5)
+            other(x)
+        assert len(calls) == 2  # other's
+    assert blocks[0].attn.fused_attn and not blocks[1].attn.fused_attn  # restored
 
 
 # record_attention -------------------------------------------------------------------------------

@@ -69,6 +69,7 @@ def test_vit(changes, name):
         ({"drop_path_rate": 1.5}, "drop_path_rate"),
         ({"drop_rate": 1.0}, "drop_rate"),
         ({"attn_drop_rate": -0.5}, "attn_drop_rate"),
+        ({"pos_drop_rate": 1.0}, "pos_drop_rate"),
         ({"pos_embed": "rotary"}, "pos_embed"),
         ({"pool": "max"}, "pool"),
     ],
@@ -158,7 +159,7 @@ def test_drop_path_of_one_is_refused():
 @pytest.mark.parametrize(
     ("name", "kwargs", "param"),
     [
-        ("vit_tiny", {"heads": 0}, "heads"),
+        ("vit_4_16", {"heads": 0}, "heads"),
         ("cct_2_3x2", {"drop_path_rate": 1.5}, "drop_path_rate"),
         ("vitbn", {"heads": 0}, "heads"),
         ("tinyvgg", {"hidden_units": 0}, "hidden_units"),
@@ -183,8 +184,8 @@ def test_factories_are_real_functions_registered_under_their_own_names():
         assert factory.__doc__ and factory.__module__.startswith(
             ("going_modular.models.", "vitbook.models.")
         )
-    with pytest.raises(ValueError, match="'vit_tiny' is registered twice"):
+    with pytest.raises(ValueError, match="'vit_4_16' is registered twice"):
 
         @register_model
-        def vit_tiny():
+        def vit_4_16():
             pass

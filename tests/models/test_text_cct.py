@@ -8,6 +8,7 @@ import torch
 
 from going_modular.models.layers import record_attention
 from going_modular.models.text_cct import TextCCT, text_cct_2, text_cct_4, text_cct_6
+from vitbook.data.text_data import WithPaddingMask
 
 CCT_6 = dict(dim=256, depth=6, heads=4, mlp_ratio=2.0)  # the paper's text CCT-6
 
@@ -72,10 +73,11 @@ def test_text_forward_is_forward_head_of_forward_features() -> None:
     with torch.no_grad():
         features = model.forward_features(ids, mask)
         token_mask = model.tokenizer.token_mask(mask)
-        logits, weights = model(ids, mask, return_pool_weights=True)
-        by_parts = model.forward_head(features, token_mask, return_pool_weights=True)
+        logits, weights = model(ids, mask), model.pool_weights(ids, mask)
+        by_parts = model.forward_head(features, token_mask)
+        _, pooled_with = model.pool_tokens(features, token_mask)
     assert features.shape == (2, 11, 128) and token_mask.shape == (2, 11)
-    assert torch.equal(by_parts[0], logits) and torch.equal(by_parts[1], weights)
+    assert torch.equal(by_parts, logits) and torch.equal(pooled_with, weights)
     assert (weights[~token_mask] == 0).all()
 
 
@@ -95,11 +97,26 @@ def test_text_forward_backward_with_mask() -> None:
     assert out.shape == (3, 3) and torch.isfinite(out).all()
     out.sum().backward()
     assert model.embedding.weight.grad is not None
-    _, weights = model(ids, mask, return_pool_weights=True)
+    weights = model.pool_weights(ids, mask)
     assert torch.allclose(weights.sum(dim=1), torch.ones(3))
     assert (
         weights[2, 4:] == 0
     ).all()  # 5 words -> 4 real tokens after conv and pooling
+
+
+def test_text_pool_weights_ignore_padding_also_through_the_wrapper() -> None:
+    torch.manual_seed(0)
+    model = text_cct_2(vocab_size=50, num_classes=3, seq_len=32).eval()
+    ids, mask = _padded_batch([20, 5], 32, 50)  # padded with 1, the padding index
+    real = model.tokenizer.sequence_length(5)
+    with torch.no_grad():
+        weights = model.pool_weights(ids, mask)
+        alone = model.pool_weights(ids[1:, :5])
+        wrapped = WithPaddingMask(model, pad_id=1).pool_weights(ids)
+    torch.testing.assert_close(weights[1, :real], alone[0], atol=1e-6, rtol=1e-5)
+    assert (weights[1, real:] == 0).all() and torch.equal(wrapped, weights)
+    with pytest.raises(TypeError):
+        model(ids, mask, return_pool_weights=True)  # forward gives the logits only
 
 
 @pytest.mark.parametrize("kernel_size", [1, 2, 4])

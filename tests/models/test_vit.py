@@ -17,10 +17,10 @@ from going_modular.models.vit import (
     HybridEmbedding,
     PatchEmbedding,
     ViT,
+    vit_4_16,
     vit_b_16,
     vit_h_14,
     vit_l_16,
-    vit_tiny,
 )
 from vitbook.book.explorers import model_config
 from vitbook.models.complexity import count_params
@@ -93,8 +93,8 @@ def test_vit_b16_shapes_at_every_block(vit_b16_pair: tuple[ViT, nn.Module]) -> N
     assert len(model.blocks) == 12 and block.mlp.fc1.out_features == 3072
 
 
-def test_vit_tiny_other_sizes() -> None:
-    model = vit_tiny(num_classes=5, img_size=64, patch_size=8, in_channels=1).eval()
+def test_vit_4_16_other_sizes() -> None:
+    model = vit_4_16(num_classes=5, img_size=64, patch_size=8, in_channels=1).eval()
     assert model.pos_embed.shape == (1, 65, 192)
     assert model(torch.randn(3, 1, 64, 64)).shape == (3, 5)
 
@@ -129,7 +129,7 @@ def test_tensor_shapes_match_torchvision() -> None:
 
 def test_initialisation() -> None:
     torch.manual_seed(0)
-    model = vit_tiny(num_classes=1000)
+    model = vit_4_16(num_classes=1000)
     assert 0.018 < model.blocks[2].attn.qkv.weight.std() < 0.022
     assert 0.018 < model.head.weight.std() < 0.022 and not model.head.bias.any()
     assert 0.018 < model.pos_embed.std() < 0.022
@@ -197,14 +197,14 @@ def test_load_torchvision_weights_rejects_other_configs() -> None:
         mlp_dim=384,
     )
     with pytest.raises(ValueError, match="Layer count mismatch.*depth=2"):
-        load_torchvision_weights(vit_tiny(img_size=64, patch_size=8), tv)
+        load_torchvision_weights(vit_4_16(img_size=64, patch_size=8), tv)
     with pytest.raises(ValueError, match="pos_embed.*img_size \\(64\\)"):
-        load_torchvision_weights(vit_tiny(img_size=32, patch_size=8, depth=2), tv)
+        load_torchvision_weights(vit_4_16(img_size=32, patch_size=8, depth=2), tv)
     with pytest.raises(ValueError, match="Head count mismatch.*heads=3"):
         load_torchvision_weights(
-            vit_tiny(img_size=64, patch_size=8, depth=2, heads=6), tv
+            vit_4_16(img_size=64, patch_size=8, depth=2, heads=6), tv
         )
-    model = vit_tiny(num_classes=1000, img_size=64, patch_size=8, depth=2)
+    model = vit_4_16(num_classes=1000, img_size=64, patch_size=8, depth=2)
     torch.testing.assert_close(  # and the matching config loads and agrees
         load_torchvision_weights(model, tv).eval()(torch.ones(1, 3, 64, 64)),
         tv.eval()(torch.ones(1, 3, 64, 64)),
@@ -302,7 +302,7 @@ def test_a_vit_named_the_package_s_way_loads_strictly_and_gives_its_logits() -> 
 
 def test_attention_maps() -> None:
     torch.manual_seed(0)
-    model = vit_tiny(num_classes=3, img_size=64, patch_size=8).train()
+    model = vit_4_16(num_classes=3, img_size=64, patch_size=8).train()
     maps = model.get_attention_maps(torch.randn(2, 3, 64, 64))
     assert model.training  # mode restored
     assert len(maps) == len(model.blocks) == 4
@@ -330,11 +330,11 @@ def test_img_size_not_divisible_in_forward() -> None:
     with pytest.raises(ValueError, match=message):
         PatchEmbedding()(torch.randn(1, 3, 225, 225))
     with pytest.raises(ValueError, match=r"e\.g\. 64x32"):
-        vit_tiny(img_size=64, patch_size=8)(torch.randn(1, 3, 70, 39))
+        vit_4_16(img_size=64, patch_size=8)(torch.randn(1, 3, 70, 39))
 
 
 def test_wrong_image_size_in_forward() -> None:
-    model = vit_tiny(img_size=64, patch_size=8)
+    model = vit_4_16(img_size=64, patch_size=8)
     with pytest.raises(ValueError, match="built for 64x64 images .* got 128x128"):
         model(torch.randn(1, 3, 128, 128))
 
@@ -343,21 +343,21 @@ def test_channel_mismatch() -> None:
     with pytest.raises(
         ValueError, match="Expected 3 input channels, got 1.*in_channels=1"
     ):
-        vit_tiny(img_size=32)(torch.randn(1, 1, 32, 32))
+        vit_4_16(img_size=32)(torch.randn(1, 1, 32, 32))
     with pytest.raises(ValueError, match="add a batch dimension"):
         PatchEmbedding()(torch.randn(3, 224, 224))
 
 
 def test_heads_must_divide_dim() -> None:
     with pytest.raises(ValueError, match="dim=192 is not divisible by heads=5"):
-        vit_tiny(heads=5)
+        vit_4_16(heads=5)
 
 
 # Registry and training ---------------------------------------------------------------------
 
 
 def test_registry() -> None:
-    assert {"vit_b_16", "vit_l_16", "vit_h_14", "vit_tiny", "vit_cifar_p2"} <= set(
+    assert {"vit_b_16", "vit_l_16", "vit_h_14", "vit_4_16", "vit_cifar_p2"} <= set(
         list_models()
     )
     with torch.device("meta"):
@@ -368,9 +368,9 @@ def test_registry() -> None:
     assert "ViT(patch_size=16, depth=12, dim=768" in vit_b_16.__doc__
 
 
-def test_vit_tiny_trains() -> None:
+def test_vit_4_16_trains() -> None:
     torch.manual_seed(0)
-    model = build_model("vit_tiny", num_classes=3)
+    model = build_model("vit_4_16", num_classes=3)
     images, labels = torch.randn(8, 3, 224, 224), torch.tensor([0, 1, 2, 0, 1, 2, 0, 1])
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
 
@@ -394,10 +394,10 @@ def test_hybrid_keeps_the_token_grid_and_sees_a_margin_around_each_patch() -> No
     (p + 12) x (p + 12) pixels around its p x p patch and from nothing else."""
     torch.manual_seed(0)
     p = 4
-    hybrid = vit_tiny(
+    hybrid = vit_4_16(
         img_size=28, in_channels=1, patch_size=p, dim=32, heads=2, stem_channels=8
     )
-    plain = vit_tiny(img_size=28, in_channels=1, patch_size=p, dim=32, heads=2)
+    plain = vit_4_16(img_size=28, in_channels=1, patch_size=p, dim=32, heads=2)
     assert isinstance(hybrid.patch_embed, HybridEmbedding)
     x = torch.randn(2, 1, 28, 28)
     assert (
@@ -424,7 +424,7 @@ def test_hybrid_keeps_the_token_grid_and_sees_a_margin_around_each_patch() -> No
 def test_hybrid_refuses_what_it_cannot_embed() -> None:
     with pytest.raises(ValueError, match="multiple of 4.*got 6: use 8"):
         HybridEmbedding(in_channels=1, patch_size=6, dim=32, stem_channels=8)
-    hybrid = vit_tiny(img_size=28, in_channels=1, patch_size=4, stem_channels=8)
+    hybrid = vit_4_16(img_size=28, in_channels=1, patch_size=4, stem_channels=8)
     with pytest.raises(ValueError, match="30x30 is not divisible by patch size 4"):
         hybrid(torch.randn(1, 1, 30, 30))  # 30 -> 15 -> 7: the grid would fit silently
     with pytest.raises(ValueError, match="Expected 1 input channels, got 3"):

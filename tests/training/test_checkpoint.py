@@ -51,7 +51,7 @@ def _recipe(epochs: int = 4) -> Recipe:
     return Recipe(lr=0.01, weight_decay=0.01, schedule=_one_cycle, epochs=epochs)
 
 
-def _train(epochs=4, checkpoint_dir=None, callbacks=(), out_features=2):
+def _train(epochs=4, checkpoint_dir=None, callbacks=(), out_features=2, identity=None):
     model, train_dl, test_dl = _setup(out_features)
     return fit(
         model,
@@ -62,6 +62,7 @@ def _train(epochs=4, checkpoint_dir=None, callbacks=(), out_features=2):
         callbacks=callbacks,
         checkpoint_dir=checkpoint_dir,
         progress=False,
+        identity=identity,
     )
 
 
@@ -127,6 +128,35 @@ def test_a_checkpoint_of_other_epochs_or_another_model_is_refused(tmp_path):
     torch.save({"format": 99}, tmp_path / CHECKPOINT_NAME)
     with pytest.raises(CheckpointMismatchError, match="format 99"):
         _train(checkpoint_dir=tmp_path)
+
+
+def test_a_checkpoint_of_another_run_identity_is_refused_field_by_field(
+    tmp_path, capsys
+):
+    """A sibling run's checkpoint (another seed) was resumed without complaint (issue
+    53): the identity fit is given is saved, and compared on resuming."""
+    mine = {"run_id": "20240101-000000-aaaaaaaa", "seed": 42, "lr": 0.01}
+    sibling = mine | {"run_id": "20240101-000000-bbbbbbbb", "seed": 7}
+    uninterrupted = _train()
+    with pytest.raises(KeyboardInterrupt):
+        _train(checkpoint_dir=tmp_path, callbacks=[_stop_after_epoch_2], identity=mine)
+    assert read_checkpoint(tmp_path)["config"]["run"] == mine
+    with pytest.raises(CheckpointMismatchError) as info:
+        _train(checkpoint_dir=tmp_path, identity=sibling)
+    assert (
+        "run_id='20240101-000000-aaaaaaaa' there but '20240101-000000-bbbbbbbb' here; "
+        "seed=42 there but 7 here. Call fit()"
+    ) in str(info.value)
+    resumed = _train(checkpoint_dir=tmp_path, identity=mine)
+    for key in LOSSES:  # the identity changes nothing of the training
+        assert resumed[key] == uninterrupted[key], key
+
+
+def test_a_checkpoint_from_before_run_identities_still_resumes(tmp_path, capsys):
+    with pytest.raises(KeyboardInterrupt):
+        _train(checkpoint_dir=tmp_path, callbacks=[_stop_after_epoch_2])
+    assert "run" not in read_checkpoint(tmp_path)["config"]
+    assert len(_train(checkpoint_dir=tmp_path, identity={"seed": 42})["test_acc"]) == 4
 
 
 def test_an_unreadable_checkpoint_is_refused_saying_what_to_do(tmp_path):

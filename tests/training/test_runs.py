@@ -91,6 +91,64 @@ def test_the_lock_is_released_when_its_process_is_killed(tmp_path):
         assert lock.took_over == holder.pid
 
 
+def _lock_file_that_is(kind: str, path, elsewhere) -> None:
+    """Put ``kind`` of thing where the lock file goes (``elsewhere``: a user's file)."""
+    if kind == "symlink":
+        path.symlink_to(elsewhere)
+    elif kind == "dangling symlink":
+        path.symlink_to(elsewhere.parent / "created-through-the-link")
+    elif kind == "hard link":
+        os.link(elsewhere, path)
+    elif kind == "folder":
+        path.mkdir()
+    else:
+        os.mkfifo(path)
+
+
+@pytest.mark.parametrize(
+    "kind", ["symlink", "dangling symlink", "hard link", "folder", "fifo"]
+)
+def test_the_lock_never_opens_a_link_or_anything_but_its_own_file(tmp_path, kind):
+    """A symbolic link in the lock file's place made the lock truncate its target (as
+    root: any file) (issue 53)."""
+    out, precious = tmp_path / "runs", tmp_path / "precious.txt"
+    out.mkdir()
+    precious.write_text("keep me")
+    _lock_file_that_is(kind, out / runs.LOCK, precious)
+    with pytest.raises(runs.UnsafeLockError, match="not this program's lock file"):
+        runs.OutputLock(out).acquire()
+    assert precious.read_text() == "keep me"
+    assert sorted(os.listdir(tmp_path)) == ["precious.txt", "runs"]
+    assert os.path.lexists(out / runs.LOCK)  # left as it was
+
+
+@pytest.mark.parametrize("checkpoint", ["damaged", "missing"])
+@pytest.mark.parametrize(
+    ("error", "status"), [(KeyboardInterrupt(), "interrupted"), (OSError(), "failed")]
+)
+def test_a_stop_never_rewrites_finished_results_from_a_lost_checkpoint(
+    tmp_path, checkpoint, error, status
+):
+    """A resumed run whose checkpoint.pth was damaged (or removed) while it trained
+    rewrote results.json with no epochs on a stop (issue 53)."""
+    record = {"run_id": "r", "model": "tinyvgg", "data": "d", "status": "running"}
+    finished = {"epochs_completed": 1, "model_sha256": "abc"} | {
+        key: [0.5] for key in RESULT_KEYS
+    }
+    files.write_json(tmp_path / runs.RESULTS, record | finished)
+    if checkpoint == "damaged":
+        (tmp_path / "checkpoint.pth").write_bytes(b"PK\x03\x04 cut short")
+    current = runs.Run(tmp_path, record, None, 8)
+    kept = current.keep_stopped(error)
+    saved = json.loads((tmp_path / runs.RESULTS).read_text())
+    assert {k: saved.get(k) for k in finished} == finished  # the results as they were
+    assert saved["status"] == status and ("error" in saved) == (status == "failed")
+    record, sentence, from_checkpoint = kept
+    assert saved == record and not from_checkpoint
+    assert sentence.startswith(f"{tmp_path / 'checkpoint.pth'} is {checkpoint}")
+    assert "keeps the last good record (1 epoch(s)), marked " + status in sentence
+
+
 def test_a_pair_matches_only_the_model_it_was_saved_with(tmp_path):
     def write_model(folder):
         return files.atomic_write(folder / runs.MODEL, lambda f: f.write(b"weights 1"))

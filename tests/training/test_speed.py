@@ -31,11 +31,11 @@ class Batches:
 
 def test_math_attention_switches_the_fused_kernels_off_only_inside_the_block():
     assert torch.backends.cuda.flash_sdp_enabled()
-    with StepOptions(math_attention=True).attention():
+    with StepOptions(math_attention=True).attention(nn.Identity()):
         assert not torch.backends.cuda.flash_sdp_enabled()
         assert torch.backends.cuda.math_sdp_enabled()
     assert torch.backends.cuda.flash_sdp_enabled()
-    with StepOptions().attention():
+    with StepOptions().attention(nn.Identity()):
         assert torch.backends.cuda.flash_sdp_enabled()
 
 
@@ -43,7 +43,7 @@ def test_both_attention_kernels_give_the_same_logits():
     torch.manual_seed(0)
     model = build_model("cct_2_3x2", num_classes=10, img_size=28, in_channels=1).eval()
     x = torch.randn(4, 1, 28, 28)
-    with StepOptions(math_attention=True).attention():
+    with StepOptions(math_attention=True).attention(model):
         math = model(x)
     torch.testing.assert_close(model(x), math, rtol=1e-5, atol=1e-5)
 
@@ -62,7 +62,7 @@ def test_explicit_attention_skips_sdpa_inside_the_block_with_the_same_logits(
         raise AssertionError("SDPA called inside explicit_attention")
 
     monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", refuse)
-    with StepOptions(explicit_attention=True).attention():
+    with StepOptions(explicit_attention=True).attention(model):
         explicit = model(x)
     torch.testing.assert_close(explicit, fused, rtol=1e-5, atol=1e-5)
     with pytest.raises(AssertionError, match="SDPA called"):

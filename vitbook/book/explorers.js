@@ -1,7 +1,8 @@
 // The book's explorers: plain JavaScript, no library, no network. Python
-// (going_modular/book/explorers.py) inlines this file and a JSON blob into each
-// explorer's HTML output; `VitExplorers.mount(root, data)` draws it. Defined once per page.
-window.VitExplorers = window.VitExplorers || (() => {
+// (vitbook/book/explorers.py) inlines this file and a JSON blob into each
+// explorer's HTML output; `VitExplorers.mount(root, data)` draws it. Each copy redefines it,
+// so an output stored by an older version of the book never mounts a newer one's data.
+window.VitExplorers = (() => {
   // Small DOM helpers ---------------------------------------------------------------------
   const el = (tag, attrs = {}, ...children) => {
     const e = document.createElement(tag);
@@ -67,7 +68,7 @@ window.VitExplorers = window.VitExplorers || (() => {
   };
   const loadImage = src => { const img = new Image(); img.src = src; return img; };
 
-  // Model sizes: the same counts as going_modular.models.complexity ------------------------
+  // Model sizes: the same counts as vitbook.models.complexity -------------------------------
   // c: {kind: 'vit'|'vit_lite'|'cvt'|'cct', img, channels, patch, dim, depth, heads,
   //     mlp_ratio, classes, conv_layers, kernel, stride, padding, in_planes}
   const convOut = (n, k, s, p) => Math.floor((n + 2 * p - k) / s) + 1;
@@ -121,9 +122,7 @@ window.VitExplorers = window.VitExplorers || (() => {
   function sizeCalculator(root, data) {
     const names = Object.keys(data.presets);
     const inputs = {}, out = el('div', { class: 'vx-out', 'aria-live': 'polite' });
-    const keys = ['img', 'patch', 'dim', 'depth', 'heads', 'mlp_ratio', 'conv_layers', 'kernel'];
-    const labels = { img: 'image size', patch: 'patch size', dim: 'dim', depth: 'depth',
-      heads: 'heads', mlp_ratio: 'MLP ratio', conv_layers: 'conv layers', kernel: 'kernel' };
+    const labels = data.fields, keys = Object.keys(labels);  // configuration key -> label
     let config;
     const update = () => {
       const kernel = config.kernel;
@@ -158,7 +157,7 @@ window.VitExplorers = window.VitExplorers || (() => {
     choose(names[0]);
   }
 
-  // Learning-rate schedule: going_modular.training.optim.warmup_cosine_schedule's factor ----
+  // Learning-rate schedule: vitbook.training.optim.warmup_cosine_schedule's factor ----------
   function scheduleFactor(step, warmup, total, minFactor) {
     if (step < warmup) return Math.min(1, (step + 1) / warmup);
     const progress = (step - warmup) / Math.max(1, total - warmup);
@@ -212,12 +211,8 @@ window.VitExplorers = window.VitExplorers || (() => {
       });
       return field(label, input);
     };
-    root.append(el('div', { class: 'vx-controls' },
-      control('warmup', 'warmup steps', 0, data.max_steps, 1),
-      control('total', 'total steps', 1, data.max_steps, 1),
-      control('peak', 'peak LR', data.initial.peak / 10, data.initial.peak * 3, data.initial.peak / 10),
-      control('final', 'final LR', 0, data.initial.peak, data.initial.peak / 100),
-      control('smoothing', 'label smoothing', 0, 0.5, 0.01)),
+    // data.controls: [key, label, min, max, step] of each slider, as the live explorer's
+    root.append(el('div', { class: 'vx-controls' }, ...data.controls.map(c => control(...c))),
     el('div', { class: 'vx-row' }, canvas, bars), readout);
     draw();
   }

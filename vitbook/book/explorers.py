@@ -1,11 +1,11 @@
-"""Interactive explorers that work on the rendered page, offline, and in any kernel.
+"""The book's four explorers, each defined once, and their offline front end.
 
-One technique for the whole book: Python computes the data with the package (sizes, the
-schedule's settings, position similarities, attention maps), and each function returns an
-:class:`Explorer` whose HTML carries that data as JSON and the book's small script
-(``explorers.js``, no library, no network). The same output is interactive in the static
-book, in Jupyter and on Colab; in a kernel the functions run on the reader's own image,
-model or settings.
+Python computes what each explorer shows with the package: the calculator's model
+configurations and counts, the schedule's settings, sliders and curve, an image's patches
+and position similarities, a model's attention rows. Two thin front ends draw it:
+:class:`Explorer` carries the data as JSON with the book's small script (``explorers.js``,
+no library, no network), interactive on the rendered page offline, in Jupyter and on Colab;
+:mod:`vitbook.book.widgets` redraws the same computations live with ipywidgets.
 """
 
 from __future__ import annotations
@@ -21,11 +21,12 @@ from functools import cache
 from importlib.resources import files
 from typing import Any, NamedTuple
 
+import numpy as np
 import torch
 from PIL import Image
 from torch import nn
 
-from going_modular.models.cct import CompactTransformer
+from going_modular.models.cct import CompactTransformer, ViTLite
 from going_modular.models.cct_variants import CCT, CVT
 from going_modular.models.layers import collect_attention
 from going_modular.models.registry import build_model
@@ -34,17 +35,27 @@ from vitbook.book.attention_maps import (
     attention_rollout,
     position_embedding_similarity,
 )
+from vitbook.models.complexity import count_macs, count_params
+from vitbook.training.optim import warmup_cosine_schedule
 
 __all__ = [
     "PAPER_PRESETS",
+    "SIZE_FIELDS",
     "AttentionData",
     "Explorer",
+    "PatchData",
     "attention_data",
     "attention_explorer",
     "explorer_page",
     "model_config",
+    "model_size",
+    "patch_data",
     "patch_explorer",
+    "preset_configs",
+    "schedule_controls",
+    "schedule_curve",
     "schedule_explorer",
+    "schedule_settings",
     "size_calculator",
     "unit_range",
 ]
@@ -59,6 +70,21 @@ PAPER_PRESETS = {
     "ViT-Lite-7/4": "vit_lite_7_4",
     "CVT-7/4": "cvt_7_4",
 }
+
+# The calculator's editable fields: configuration key -> label.
+SIZE_FIELDS = {
+    "img": "image size",
+    "patch": "patch size",
+    "dim": "dim",
+    "depth": "depth",
+    "heads": "heads",
+    "mlp_ratio": "MLP ratio",
+    "conv_layers": "conv layers",
+    "kernel": "kernel",
+}
+
+# JSON inside a <script>: no "</script>", "<!--" or "&" may reach the HTML parser.
+_HTML_SAFE = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026"})
 
 
 @cache
@@ -75,11 +101,8 @@ class Explorer:
     @property
     def html(self) -> str:
         """``<style>``, an empty ``<div>`` and a ``<script>`` that draws into it."""
-        payload = json.dumps(self.data, separators=(",", ":"))
+        payload = json.dumps(self.data, separators=(",", ":")).translate(_HTML_SAFE)
         uid = "vx-" + hashlib.sha1(payload.encode()).hexdigest()[:12]
-        payload = payload.replace(
-            "</", "<\\/"
-        )  # a "</script>" in data must not end the tag
         return (
             f"<style>{_asset('explorers.css')}</style>"
             f'<div class="vx" id="{uid}"></div>'
@@ -100,20 +123,27 @@ def _b64(values: torch.Tensor) -> str:
     return base64.b64encode(quantised.cpu().numpy().tobytes()).decode("ascii")
 
 
-def _png(image: torch.Tensor | Image.Image, side: int) -> str:
-    """A (C, H, W) tensor in [0, 1] or a PIL image -> a square PNG data URI, ``side`` pixels
-    wide or the image's own width if smaller (the page scales it up)."""
-    if isinstance(image, torch.Tensor):
-        if image.ndim != 3 or image.shape[0] not in (1, 3):
-            raise ValueError(
-                f"Expected a (C, H, W) image tensor, got shape {tuple(image.shape)}."
-            )
-        # (C, H, W) in [0, 1] -> (H, W, C) bytes
-        array = (image.detach().float().clamp(0, 1) * 255).round().byte()
-        image = Image.fromarray(array.permute(1, 2, 0).squeeze(-1).cpu().numpy())
+def _as_tensor(image: torch.Tensor | Image.Image) -> torch.Tensor:
+    """A (C, H, W) tensor in [0, 1] (C = 1 or 3) or a PIL image (as RGB) -> a (C, H, W)
+    float tensor on the CPU."""
+    if isinstance(image, Image.Image):
+        pixels = np.array(image.convert("RGB"))  # (H, W, 3) bytes
+        return torch.from_numpy(pixels).permute(2, 0, 1).float() / 255
+    if image.ndim != 3 or image.shape[0] not in (1, 3):
+        raise ValueError(
+            f"Expected a (C, H, W) image tensor, got shape {tuple(image.shape)}."
+        )
+    return image.detach().float().cpu()
+
+
+def _png(image: torch.Tensor, side: int) -> str:
+    """A (C, H, W) tensor in [0, 1] -> a square PNG data URI, ``side`` pixels wide or the
+    image's own width if smaller (the page scales it up)."""
+    array = (image.clamp(0, 1) * 255).round().byte()  # (C, H, W) -> (H, W, C) bytes
+    picture = Image.fromarray(array.permute(1, 2, 0).squeeze(-1).numpy())
     buffer = io.BytesIO()
-    side = min(side, image.size[0])
-    image.convert("RGB").resize((side, side), Image.BILINEAR).save(buffer, "PNG")
+    side = min(side, picture.size[0])
+    picture.convert("RGB").resize((side, side), Image.BILINEAR).save(buffer, "PNG")
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
 
 
@@ -171,25 +201,117 @@ def model_config(model: nn.Module | str) -> dict[str, Any]:
     }
 
 
+def preset_configs(
+    presets: Mapping[str, nn.Module | str | dict] | None = None,
+) -> dict[str, dict[str, Any]]:
+    """Label -> :func:`model_config` of each of ``presets`` (a model, a registered name or a
+    configuration; default: :data:`PAPER_PRESETS`)."""
+    presets = PAPER_PRESETS if presets is None else presets
+    return {
+        label: dict(spec) if isinstance(spec, Mapping) else model_config(spec)
+        for label, spec in presets.items()
+    }
+
+
+def model_size(config: Mapping[str, Any]) -> dict[str, int]:
+    """Encoder tokens, ``count_params`` and ``count_macs`` (by kind, one image) of the model
+    a :func:`model_config` configuration describes, built on the meta device (a ``stride``
+    or ``padding`` of None: the CCT's default). The script computes the same (tested)."""
+    common = dict(
+        img_size=config["img"],
+        in_channels=config["channels"],
+        num_classes=config["classes"],
+        dim=config["dim"],
+        depth=config["depth"],
+        heads=config["heads"],
+        mlp_ratio=config["mlp_ratio"],
+    )
+    kinds = {"vit": ViT, "vit_lite": ViTLite, "cvt": CVT}
+    with torch.device("meta"):  # sizes only: no memory, no initialisation
+        if config["kind"] in kinds:
+            model = kinds[config["kind"]](patch_size=config["patch"], **common)
+        else:
+            model = CCT(
+                n_conv_layers=config["conv_layers"],
+                kernel_size=config["kernel"],
+                stride=config.get("stride"),
+                padding=config.get("padding"),
+                **common,
+            )
+    patches = model.num_patches if isinstance(model, ViT) else model.num_tokens
+    macs = count_macs(model, (1, config["channels"], config["img"], config["img"]))
+    return {
+        "tokens": patches + (model.cls_token is not None),
+        "params": count_params(model),
+        **{f"macs_{kind}": n for kind, n in macs.items()},
+    }
+
+
 def size_calculator(
     presets: Mapping[str, nn.Module | str | dict] | None = None,
 ) -> Explorer:
     """Image size, patch size (or the CCT's convolutions), dim, depth, heads and MLP ratio ->
     tokens, parameters, multiply-adds and training activations per image.
 
-    ``presets`` maps a label to a model, a registered name or a :func:`model_config` dict
-    (default: :data:`PAPER_PRESETS`). The script's counts equal
-    ``vitbook.models.complexity.count_params`` and ``count_macs`` (tested).
+    ``presets`` as for :func:`preset_configs`. The script's counts equal
+    :func:`model_size`'s (tested).
     """
-    presets = PAPER_PRESETS if presets is None else presets
-    configs = {
-        label: dict(spec) if isinstance(spec, Mapping) else model_config(spec)
-        for label, spec in presets.items()
-    }
-    return Explorer("size", {"presets": configs})
+    return Explorer("size", {"presets": preset_configs(presets), "fields": SIZE_FIELDS})
 
 
 # Learning-rate schedule -----------------------------------------------------------------------
+
+
+def schedule_settings(
+    warmup_steps: int = 500,
+    total_steps: int = 5000,
+    peak_lr: float = 1e-3,
+    final_lr: float = 0.0,
+    label_smoothing: float = 0.1,
+) -> dict[str, float]:
+    """The schedule explorer's starting values, checked, by control name."""
+    if not 0 <= warmup_steps <= total_steps or not 0 <= final_lr <= peak_lr:
+        raise ValueError(
+            "Need 0 <= warmup_steps <= total_steps and 0 <= final_lr <= peak_lr."
+        )
+    return {
+        "warmup": warmup_steps,
+        "total": total_steps,
+        "peak": peak_lr,
+        "final": final_lr,
+        "smoothing": label_smoothing,
+    }
+
+
+def schedule_controls(settings: Mapping[str, float]) -> list[tuple]:
+    """The schedule explorer's sliders: (name, label, minimum, maximum, step); integer steps
+    make integer sliders."""
+    steps, peak = 2 * settings["total"], settings["peak"]
+    return [
+        ("warmup", "warmup steps", 0, steps, 1),
+        ("total", "total steps", 1, steps, 1),
+        ("peak", "peak LR", peak / 10, peak * 3, peak / 10),
+        ("final", "final LR", 0, peak, peak / 100),
+        ("smoothing", "label smoothing", 0, 0.5, 0.01),
+    ]
+
+
+def schedule_curve(
+    settings: Mapping[str, float], num_classes: int
+) -> tuple[list[float], list[float]]:
+    """The learning rate at every step by :func:`~vitbook.training.optim.warmup_cosine_schedule`
+    (which refuses settings it cannot run), and the label-smoothed target of an image of
+    class 0. The script computes the same (tested)."""
+    optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0)
+    min_factor = settings["final"] / settings["peak"]
+    schedule = warmup_cosine_schedule(
+        optimizer, settings["warmup"], settings["total"], min_factor
+    )
+    factor = schedule.lr_lambdas[0]  # step -> fraction of the peak
+    lr = [settings["peak"] * factor(step) for step in range(settings["total"])]
+    eps = settings["smoothing"]
+    targets = [eps / num_classes + (1 - eps) * (k == 0) for k in range(num_classes)]
+    return lr, targets
 
 
 def schedule_explorer(
@@ -202,49 +324,65 @@ def schedule_explorer(
 ) -> Explorer:
     """Sliders for :func:`vitbook.training.optim.warmup_cosine_schedule` (its factor,
     ported to the script and tested against it) and for the label-smoothed targets."""
-    if not 0 <= warmup_steps <= total_steps or not 0 <= final_lr <= peak_lr:
-        raise ValueError(
-            "Need 0 <= warmup_steps <= total_steps and 0 <= final_lr <= peak_lr."
-        )
-    initial = {
-        "warmup": warmup_steps,
-        "total": total_steps,
-        "peak": peak_lr,
-        "final": final_lr,
-        "smoothing": label_smoothing,
-    }
+    initial = schedule_settings(
+        warmup_steps, total_steps, peak_lr, final_lr, label_smoothing
+    )
+    controls = schedule_controls(initial)
     return Explorer(
-        "schedule",
-        {"initial": initial, "classes": num_classes, "max_steps": 2 * total_steps},
+        "schedule", {"initial": initial, "classes": num_classes, "controls": controls}
     )
 
 
 # Patches and position embeddings --------------------------------------------------------------
 
 
-def _square(image: torch.Tensor | Image.Image) -> torch.Tensor | Image.Image:
-    """The largest centred square of a (C, H, W) tensor or a PIL image."""
-    if isinstance(image, torch.Tensor):
-        height, width = image.shape[-2:]
-        side = min(height, width)
-        top, left = (height - side) // 2, (width - side) // 2
-        return image[..., top : top + side, left : left + side]
-    width, height = image.size
+def _square(image: torch.Tensor) -> torch.Tensor:
+    """The largest centred square of a (C, H, W) tensor."""
+    height, width = image.shape[-2:]
     side = min(height, width)
-    left, top = (width - side) // 2, (height - side) // 2
-    return image.crop((left, top, left + side, top + side))
+    top, left = (height - side) // 2, (width - side) // 2
+    return image[..., top : top + side, left : left + side]
 
 
 def _position_similarity(table: torch.Tensor) -> torch.Tensor:
-    """(1, N [+1], D) or (N, D) position embeddings -> (N, N) cosine similarities in [0, 1]."""
+    """(1, N [+1], D) or (N, D) position embeddings -> (N, N) cosine similarities."""
     table = table.detach().float().reshape(-1, table.shape[-1])[None]
-    if (
-        math.isqrt(table.shape[1]) ** 2 == table.shape[1]
-    ):  # no class token: add a stand-in
+    if math.isqrt(table.shape[1]) ** 2 == table.shape[1]:  # no class token: a stand-in
         table = torch.cat([table[:, :1], table], dim=1)
     similarity = position_embedding_similarity(table)  # (g, g, g, g)
     grid = similarity.shape[0]
-    return (similarity.reshape(grid * grid, grid * grid) + 1) / 2
+    return similarity.reshape(grid * grid, grid * grid)
+
+
+class PatchData(NamedTuple):
+    """An image and position embeddings, as the patch explorers show them."""
+
+    image: torch.Tensor  # (C, side, side) in [0, 1]: the image's centred square
+    patch_sizes: list[int]  # each divides the side
+    similarity: dict[str, torch.Tensor]  # name -> (N, N) cosine similarities
+    grid: int  # the positions form a grid x grid square (1 without embeddings)
+
+
+def patch_data(
+    image: torch.Tensor | Image.Image,
+    patch_sizes: Sequence[int] = (4, 8, 16, 32),
+    position_embeddings: Mapping[str, torch.Tensor] | None = None,
+) -> PatchData:
+    """``image``'s centred square (a (C, H, W) tensor in [0, 1] or a PIL image), the patch
+    sizes checked against its side, and the cosine similarities of each of
+    ``position_embeddings``' positions ({"learned": model.pos_embed, ...}, one grid)."""
+    image = _square(_as_tensor(image))
+    side = image.shape[-1]
+    if bad := [p for p in patch_sizes if p < 1 or side % p]:
+        raise ValueError(f"Patch sizes {bad} do not divide the image's side {side}.")
+    similarity = {
+        name: _position_similarity(table)
+        for name, table in (position_embeddings or {}).items()
+    }
+    if len({s.shape for s in similarity.values()}) > 1:
+        raise ValueError("The position embeddings must all have the same grid.")
+    grid = math.isqrt(next(iter(similarity.values())).shape[0]) if similarity else 1
+    return PatchData(image, list(patch_sizes), similarity, grid)
 
 
 def patch_explorer(
@@ -253,31 +391,20 @@ def patch_explorer(
     position_embeddings: Mapping[str, torch.Tensor] | None = None,
     display_size: int = 224,
 ) -> Explorer:
-    """A patch-size slider over ``image`` (a (C, H, W) tensor in [0, 1] or a PIL image, its
-    centred square kept) showing the grid, N = HW/P^2 and the sequence; and, for each of
-    ``position_embeddings`` ({"learned": model.pos_embed, "sinusoidal": ...}, all of one
-    grid), the cosine similarity of a clicked position's embedding to all the others."""
-    image = _square(image)
-    side = image.shape[-1] if isinstance(image, torch.Tensor) else image.size[0]
-    if bad := [p for p in patch_sizes if p < 1 or side % p]:
-        raise ValueError(f"Patch sizes {bad} do not divide the image's side {side}.")
-    similarities = {
-        name: _position_similarity(table)
-        for name, table in (position_embeddings or {}).items()
-    }
-    if len({s.shape for s in similarities.values()}) > 1:
-        raise ValueError("The position embeddings must all have the same grid.")
-    grid = math.isqrt(next(iter(similarities.values())).shape[0]) if similarities else 1
-    if not similarities:  # nothing to compare: one position, similar to itself
-        similarities = {"none": torch.ones(1, 1)}
+    """A patch-size slider over ``image`` showing the grid, N = HW/P^2 and the sequence; and,
+    for each of ``position_embeddings``, the cosine similarity of a clicked position's
+    embedding to all the others. Arguments as for :func:`patch_data`."""
+    data = patch_data(image, patch_sizes, position_embeddings)
+    # nothing to compare: one position, similar to itself
+    similarity = data.similarity or {"none": torch.ones(1, 1)}
     return Explorer(
         "patch",
         {
-            "image": _png(image, display_size),
-            "size": side,
-            "patch_sizes": list(patch_sizes),
-            "grid": grid,
-            "similarity": {name: _b64(s) for name, s in similarities.items()},
+            "image": _png(data.image, display_size),
+            "size": data.image.shape[-1],
+            "patch_sizes": data.patch_sizes,
+            "grid": data.grid,
+            "similarity": {name: _b64((s + 1) / 2) for name, s in similarity.items()},
         },
     )
 
@@ -304,33 +431,53 @@ def _forward(model: nn.Module, images: torch.Tensor) -> tuple[torch.Tensor, Any]
     model.eval()
     try:
         if getattr(model, "seq_pool", None) is not None:
-            return model(images, return_pool_weights=True)
+            return model(images), model.pool_weights(images)
         return model(images), None
     finally:
         model.train(was_training)
 
 
-def _rows(weights: torch.Tensor, queries: list[int], offset: int) -> torch.Tensor:
-    """(..., T, T) attention -> (..., Q, N): the query tokens' rows over the patch keys,
-    each row scaled to a maximum of one."""
-    rows = weights[..., [q + offset for q in queries], offset:]
+def _scaled(rows: torch.Tensor) -> torch.Tensor:
+    """Each row scaled to a maximum of one (to quantise it to bytes)."""
     return rows / rows.amax(dim=-1, keepdim=True).clamp_min(1e-12)
 
 
+def unit_range(images: torch.Tensor) -> torch.Tensor:
+    """(B, C, H, W) images rescaled to [0, 1] one by one, for display."""
+    low = images.amin(dim=(1, 2, 3), keepdim=True)
+    high = images.amax(dim=(1, 2, 3), keepdim=True)
+    return (images - low) / (high - low).clamp_min(1e-12)
+
+
 class AttentionData(NamedTuple):
-    """A model's attention on a few images, as both the explorer and the live widget use it."""
+    """A model's attention on a few images, as both attention explorers show it."""
 
     maps: torch.Tensor  # (L, B, heads, T, T): every layer's attention
     rollout: torch.Tensor  # (B, T, T)
     pool: torch.Tensor | None  # (B, N): SeqPool's weights, for a CVT or CCT
-    predicted: list[int]  # the predicted class of each image
+    labels: list[str]  # "image 1 (predicted: name)", ...
+    shown: torch.Tensor  # (B, C, H, W) in [0, 1]: the images under the maps
     grid: int  # the patches form a grid x grid square
     offset: int  # 1 with a class token in front of the patches, else 0
 
+    def rows(self, queries: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """What is shown for each of ``queries`` (-1: the class token, else a patch index):
+        its attention (B, L, heads, Q, N) and rollout (B, Q, N) over the patch keys."""
+        tokens = [q + self.offset for q in queries]
+        raw = self.maps[..., tokens, self.offset :].transpose(0, 1)
+        return raw, self.rollout[:, tokens, self.offset :]
 
-def attention_data(model: nn.Module, images: torch.Tensor) -> AttentionData:
+
+def attention_data(
+    model: nn.Module,
+    images: torch.Tensor,
+    class_names: Sequence[str] | None = None,
+    display_images: torch.Tensor | None = None,
+) -> AttentionData:
     """Run ``model`` once (eval mode, no gradients) on ``images`` (B, C, H, W, moved to the
-    model's device) and collect its attention, rollout, SeqPool weights and predictions."""
+    model's device) and collect its attention, rollout, SeqPool weights and predictions
+    (named by ``class_names``). ``display_images`` (B, C, H, W) in [0, 1] are shown under
+    the maps (default: ``images`` rescaled to [0, 1] one by one)."""
     images = images.to(next(model.parameters()).device)
     maps = torch.stack(collect_attention(model, images)).float()  # (L, B, heads, T, T)
     logits, pool = _forward(model, images)
@@ -340,17 +487,14 @@ def attention_data(model: nn.Module, images: torch.Tensor) -> AttentionData:
     grid = math.isqrt(tokens - offset)
     if grid * grid != tokens - offset:
         raise ValueError(f"{tokens} tokens are not a square grid (plus a class token).")
+    predicted = logits.argmax(dim=-1).tolist()
+    names = [class_names[p] if class_names else str(p) for p in predicted]
+    labels = [f"image {i + 1} (predicted: {name})" for i, name in enumerate(names)]
+    if display_images is None:
+        display_images = unit_range(images)
+    shown = torch.stack([_as_tensor(image) for image in display_images])
     rollout = attention_rollout(list(maps))
-    return AttentionData(
-        maps, rollout, pool, logits.argmax(dim=-1).tolist(), grid, offset
-    )
-
-
-def unit_range(images: torch.Tensor) -> torch.Tensor:
-    """(B, C, H, W) images rescaled to [0, 1] one by one, for display."""
-    low = images.amin(dim=(1, 2, 3), keepdim=True)
-    high = images.amax(dim=(1, 2, 3), keepdim=True)
-    return (images - low) / (high - low).clamp_min(1e-12)
+    return AttentionData(maps, rollout, pool, labels, shown, grid, offset)
 
 
 def attention_explorer(
@@ -361,44 +505,30 @@ def attention_explorer(
     max_bytes: int = 250_000,
 ) -> Explorer:
     """Every layer's and head's attention (and the rollout, and SeqPool's weights for CVT and
-    CCT) of ``model`` on a few ``images`` (B, C, H, W, as the model takes them; moved to the
-    model's device).
+    CCT) of ``model`` on a few ``images``; arguments as for :func:`attention_data`.
 
     Pick an image, a layer, a head or their mean, raw attention or rollout; click a patch to
     see where it attends. Attention rows are stored for the class token and the patches of a
     regular subgrid (a click picks the nearest), each quantised to a byte: about
-    ``max_bytes`` per image. ``display_images`` (B, C, H, W) in [0, 1] are shown under the
-    maps (default: ``images`` rescaled to [0, 1] one by one); ``class_names`` names the
-    predicted classes.
+    ``max_bytes`` per image.
     """
-    maps, rollout, pool, predicted, grid, offset = attention_data(model, images)
-    per_query = maps.shape[0] * maps.shape[2] * grid * grid  # bytes of one query's rows
-    queries = _query_tokens(grid, offset == 1, max_bytes // per_query)
-    raw = _rows(maps, queries, offset).transpose(0, 1)  # (B, L, heads, Q, N)
-    rollout = _rows(rollout, queries, offset)  # (B, Q, N)
-    if display_images is None:
-        display_images = unit_range(images)
-    entries = []
-    for i, image in enumerate(display_images):
-        entry = {
-            "src": _png(image, 224),
-            "raw": _b64(raw[i]),
-            "rollout": _b64(rollout[i]),
-        }
-        entry["pool"] = None if pool is None else _b64(pool[i] / pool[i].max())
-        name = class_names[predicted[i]] if class_names else str(predicted[i])
-        entry["label"] = f"image {i + 1} (predicted: {name})"
-        entries.append(entry)
-    return Explorer(
-        "attention",
+    data = attention_data(model, images, class_names, display_images)
+    layers, _, heads, *_ = data.maps.shape
+    per_query = layers * heads * data.grid**2  # bytes of one query's rows
+    queries = _query_tokens(data.grid, data.offset == 1, max_bytes // per_query)
+    raw, rollout = data.rows(queries)
+    entries = [
         {
-            "grid": grid,
-            "layers": maps.shape[0],
-            "heads": maps.shape[2],
-            "queries": queries,
-            "images": entries,
-        },
-    )
+            "src": _png(image, 224),
+            "raw": _b64(_scaled(raw[i])),
+            "rollout": _b64(_scaled(rollout[i])),
+            "pool": None if data.pool is None else _b64(_scaled(data.pool[i])),
+            "label": data.labels[i],
+        }
+        for i, image in enumerate(data.shown)
+    ]
+    sizes = {"grid": data.grid, "layers": layers, "heads": heads}
+    return Explorer("attention", {**sizes, "queries": queries, "images": entries})
 
 
 def explorer_page(*explorers: Explorer, title: str = "explorers") -> str:

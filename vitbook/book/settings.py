@@ -24,10 +24,17 @@
   ``BOOK_MIRROR`` (a server with the course's zips), ``BOOK_DEBIAN_FASHION_MNIST`` (where
   Debian's Fashion-MNIST package is installed) and ``BOOK_MLFLOW_URI`` (the MLflow store):
   passed to the library by :func:`apply_to_library`, which never reads them itself.
+
+Importing this module never fails: a value not understood (``BOOK_OFFLINE=maybe``) keeps
+the library offline and raises its clear ValueError when the switch is first asked for
+(:func:`describe_setting`, which every chapter calls first, asks for each of them). The
+command line reads none of these: a chapter passes them as its options
+(:func:`cli_options`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import os
@@ -55,6 +62,7 @@ __all__ = [
     "cap",
     "checkpoint_root",
     "claim",
+    "cli_options",
     "describe_setting",
     "dry_run_steps",
     "gpu_plan",
@@ -157,14 +165,28 @@ def apply_to_library() -> None:
     itself: ``BOOK_OFFLINE`` and ``BOOK_FIXTURES`` to :mod:`~vitbook.data.network`,
     ``CI`` (whether a stand-in may replace Fashion-MNIST), ``BOOK_DATA_DIR``, ``BOOK_MIRROR`` and ``BOOK_DEBIAN_FASHION_MNIST`` to
     :mod:`~vitbook.data.paths`, ``BOOK_MLFLOW_URI`` to
-    :mod:`~vitbook.training.tracking`. Done when this module is imported."""
-    network.set_offline(is_offline())
-    network.set_fixtures(uses_fixtures())
-    network.set_stand_ins(os.environ.get("CI", "").lower() != "true")  # CI tests real data
+    :mod:`~vitbook.training.tracking`. Done when this module is imported.
+
+    Raises ValueError for a switch not understood (``BOOK_OFFLINE=maybe``), after
+    passing every other variable, the library left offline."""
+    # CI tests real data: no stand-in there
+    network.set_stand_ins(os.environ.get("CI", "").lower() != "true")
     paths.set_data_dir(os.environ.get("BOOK_DATA_DIR"))
     paths.set_mirror(os.environ.get("BOOK_MIRROR"))
     paths.set_debian_fashion_mnist(os.environ.get("BOOK_DEBIAN_FASHION_MNIST"))
     tracking.set_tracking_uri(os.environ.get("BOOK_MLFLOW_URI"))
+    network.set_offline(True)  # until BOOK_OFFLINE is understood
+    network.set_fixtures(uses_fixtures())
+    network.set_offline(is_offline())
+
+
+def cli_options() -> list[str]:
+    """The command line's options for the book's switches in force (``python -m
+    vitbook.train`` reads no ``BOOK_*`` variable): ``--offline`` and ``--dry-run`` when
+    they are on, and ``--data-root`` the library's data folder."""
+    switches = {"--offline": is_offline(), "--dry-run": is_dry_run()}
+    on = [name for name, value in switches.items() if value]
+    return [*on, "--data-root", str(paths.data_dir())]
 
 
 def setting() -> str:
@@ -376,4 +398,5 @@ def claim(sentence: str, holds: bool) -> None:
         )
 
 
-apply_to_library()
+with contextlib.suppress(ValueError):  # said when the switch is first asked for
+    apply_to_library()

@@ -6,10 +6,10 @@ recomputes everything with the package on the reader's own image, model or setti
 else, above all in the headless runs that store the book's outputs, it returns the offline
 HTML explorer of :mod:`vitbook.book.explorers`, so the page never holds a widget.
 
-The live explorers reuse the explorers' data preparation (model configurations, position
-similarities, attention maps) and draw with matplotlib into an ``ipywidgets.Image``.
-ipywidgets is imported only when a live explorer is built: it is on Colab and in the book's
-requirements, not a dependency of the package.
+This is only a front end: each explorer's data, controls and what they show come from
+:mod:`vitbook.book.explorers`, as for the offline page; here they are drawn with matplotlib
+into an ``ipywidgets.Image``. ipywidgets is imported only when a live explorer is built: it is
+on Colab and in the book's requirements, not a dependency of the package.
 """
 
 from __future__ import annotations
@@ -29,31 +29,26 @@ from matplotlib.patches import Rectangle
 from PIL import Image
 from torch import nn
 
-from going_modular.models.cct import ViTLite
-from going_modular.models.cct_variants import CCT, CVT
-from going_modular.models.vit import ViT
 from vitbook.book.attention_maps import overlay
 from vitbook.book.explorers import (
-    AttentionData,
+    SIZE_FIELDS,
     Explorer,
-    _position_similarity,
-    _square,
     attention_data,
-    size_calculator,
-    unit_range,
+    model_size,
+    patch_data,
+    preset_configs,
+    schedule_controls,
+    schedule_curve,
+    schedule_settings,
 )
-from vitbook.models.complexity import count_macs, count_params
-from vitbook.training.optim import warmup_cosine_schedule
 
 __all__ = [
     "LIVE",
     "LiveExplorer",
-    "build_from_config",
     "live_attention_explorer",
     "live_patch_explorer",
     "live_schedule_explorer",
     "live_size_calculator",
-    "model_size",
     "show",
     "wants_live",
 ]
@@ -155,84 +150,34 @@ def _figure(panels: int) -> tuple[Figure, list]:
     return figure, list(figure.subplots(1, panels, squeeze=False)[0])
 
 
-def _pixels(image: torch.Tensor | Image.Image) -> np.ndarray:
-    """A (C, H, W) tensor in [0, 1] or a PIL image -> (H, W[, 3]) floats for imshow."""
-    if isinstance(image, Image.Image):
-        return np.asarray(image.convert("RGB"), dtype=np.float32) / 255
-    pixels = image.detach().float().clamp(0, 1).cpu()
-    return pixels.permute(1, 2, 0).squeeze(-1).numpy()  # (C, H, W) -> (H, W[, C])
+def _pixels(image: torch.Tensor) -> np.ndarray:
+    """A (C, H, W) tensor in [0, 1] -> (H, W[, C]) floats for imshow."""
+    return image.clamp(0, 1).cpu().permute(1, 2, 0).squeeze(-1).numpy()
 
 
 # Size calculator ------------------------------------------------------------------------------
 
 
-def build_from_config(config: Mapping[str, Any]) -> nn.Module:
-    """The model a calculator configuration (:func:`~vitbook.book.explorers.model_config`)
-    describes, on the meta device (sizes only, no memory)."""
-    common = dict(
-        img_size=config["img"],
-        in_channels=config["channels"],
-        num_classes=config["classes"],
-        dim=config["dim"],
-        depth=config["depth"],
-        heads=config["heads"],
-        mlp_ratio=config["mlp_ratio"],
-    )
-    kinds = {"vit": ViT, "vit_lite": ViTLite, "cvt": CVT}
-    with torch.device("meta"):
-        if config["kind"] in kinds:
-            return kinds[config["kind"]](patch_size=config["patch"], **common)
-        return CCT(
-            n_conv_layers=config["conv_layers"],
-            kernel_size=config["kernel"],
-            stride=config.get("stride"),
-            padding=config.get("padding"),
-            **common,
-        )
-
-
-def model_size(config: Mapping[str, Any]) -> dict[str, int]:
-    """Encoder tokens, ``count_params`` and ``count_macs`` (by kind, one image) of a
-    calculator configuration's model."""
-    model = build_from_config(config)
-    patches = model.num_patches if isinstance(model, ViT) else model.num_tokens
-    macs = count_macs(model, (1, config["channels"], config["img"], config["img"]))
-    return {
-        "tokens": patches + (model.cls_token is not None),
-        "params": count_params(model),
-        **{f"macs_{kind}": n for kind, n in macs.items()},
-    }
-
-
 def live_size_calculator(
     presets: Mapping[str, nn.Module | str | dict] | None = None,
 ) -> LiveExplorer:
-    """A preset and its sizes -> tokens, parameters and multiply-adds, counted by the package
-    on a model built on the meta device. ``presets`` as for
-    :func:`~vitbook.book.explorers.size_calculator`."""
+    """A preset and its sizes -> :func:`~vitbook.book.explorers.model_size`'s tokens,
+    parameters and multiply-adds, counted by the package on a model built on the meta
+    device. ``presets`` as for :func:`~vitbook.book.explorers.size_calculator`."""
     import ipywidgets as widgets
 
-    configs = size_calculator(presets).data["presets"]
-    fields = {
-        "img": "image size",
-        "patch": "patch size",
-        "dim": "dim",
-        "depth": "depth",
-        "heads": "heads",
-        "conv_layers": "conv layers",
-        "kernel": "kernel",
-    }
+    configs = preset_configs(presets)
     first = next(iter(configs.values()))
     controls = {"preset": widgets.Dropdown(options=list(configs), description="preset")}
-    controls |= {
-        k: widgets.BoundedIntText(
-            value=first.get(k, 1), min=1, max=10_000, description=label
-        )
-        for k, label in fields.items()
-    }
-    controls["mlp_ratio"] = widgets.BoundedFloatText(
-        value=first["mlp_ratio"], min=0.25, max=64, step=0.25, description="MLP ratio"
-    )
+    for key, label in SIZE_FIELDS.items():
+        if key == "mlp_ratio":
+            controls[key] = widgets.BoundedFloatText(
+                value=first[key], min=0.25, max=64, step=0.25, description=label
+            )
+        else:
+            controls[key] = widgets.BoundedIntText(
+                value=first.get(key, 1), min=1, max=10_000, description=label
+            )
 
     def draw(values: dict[str, Any]) -> tuple[None, str]:
         base = configs[values.pop("preset")]
@@ -251,7 +196,7 @@ def live_size_calculator(
     def choose(_: Any = None) -> None:
         config = configs[controls["preset"].value]
         with explorer.paused():
-            for key in [*fields, "mlp_ratio"]:
+            for key in SIZE_FIELDS:
                 controls[key].layout.display = None if key in config else "none"
                 if key in config:
                     controls[key].value = config[key]
@@ -272,40 +217,27 @@ def live_schedule_explorer(
     label_smoothing: float = 0.1,
     num_classes: int = 10,
 ) -> LiveExplorer:
-    """Sliders for the engine's :func:`~vitbook.training.optim.warmup_cosine_schedule`
-    (the learning rate at every step) and for the label-smoothed target of one image."""
+    """The schedule explorer's sliders drawing
+    :func:`~vitbook.book.explorers.schedule_curve`: the engine's learning rate at every
+    step and the label-smoothed target of one image."""
     import ipywidgets as widgets
 
-    steps = {"min": 0, "max": 2 * total_steps, "continuous_update": False}
-    controls = {
-        "warmup": widgets.IntSlider(value=warmup_steps, description="warmup", **steps),
-        "total": widgets.IntSlider(
-            value=total_steps, description="total steps", **steps
-        ),
-        "peak": widgets.FloatLogSlider(
-            value=peak_lr, min=-6, max=0, description="peak LR"
-        ),
-        "final": widgets.FloatSlider(
-            value=final_lr / peak_lr,
-            min=0,
-            max=1,
-            step=0.01,
-            description="final / peak",
-        ),
-        "smoothing": widgets.FloatSlider(
-            value=label_smoothing, min=0, max=0.5, step=0.01, description="smoothing"
-        ),
-    }
+    settings = schedule_settings(
+        warmup_steps, total_steps, peak_lr, final_lr, label_smoothing
+    )
+    controls = {}
+    for key, label, low, high, step in schedule_controls(settings):
+        options = dict(min=low, max=high, step=step, continuous_update=False)
+        if isinstance(step, int):
+            slider = widgets.IntSlider(**options)
+        else:
+            slider = widgets.FloatSlider(readout_format=".3g", **options)
+        slider.value, slider.description = settings[key], label
+        slider.style.description_width = "initial"
+        controls[key] = slider
 
     def draw(v: dict[str, Any]) -> tuple[Figure, str]:
-        optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0)
-        schedule = warmup_cosine_schedule(
-            optimizer, v["warmup"], v["total"], v["final"]
-        )
-        factor = schedule.lr_lambdas[0]  # step -> fraction of the peak
-        lr = [v["peak"] * factor(step) for step in range(v["total"])]
-        eps = v["smoothing"]
-        targets = [eps / num_classes + (1 - eps) * (k == 0) for k in range(num_classes)]
+        lr, targets = schedule_curve(v, num_classes)
         figure, (curve, bars) = _figure(2)
         curve.plot(lr)
         curve.set(xlabel="step", ylabel="learning rate", title="warmup, then cosine")
@@ -329,35 +261,27 @@ def live_patch_explorer(
     patch_sizes: Sequence[int] = (4, 8, 16, 32),
     position_embeddings: Mapping[str, torch.Tensor] | None = None,
 ) -> LiveExplorer:
-    """A patch-size slider over ``image`` (a (C, H, W) tensor in [0, 1] or a PIL image, its
-    centred square kept): the grid and N = HW/P^2; and, for a chosen position of one of
-    ``position_embeddings`` ({"learned": model.pos_embed, ...}), the cosine similarity of its
-    embedding to every other's."""
+    """A patch-size slider over ``image``: the grid and N = HW/P^2; and, for a chosen
+    position of one of ``position_embeddings``, the cosine similarity of its embedding to
+    every other's. Arguments as for :func:`~vitbook.book.explorers.patch_data`."""
     import ipywidgets as widgets
 
-    pixels = _pixels(_square(image))
-    side, channels = pixels.shape[0], 1 if pixels.ndim == 2 else 3
-    if bad := [p for p in patch_sizes if p < 1 or side % p]:
-        raise ValueError(f"Patch sizes {bad} do not divide the image's side {side}.")
-    similarities = {
-        name: _position_similarity(table) * 2 - 1  # back to [-1, 1]
-        for name, table in (position_embeddings or {}).items()
-    }
+    data = patch_data(image, patch_sizes, position_embeddings)
+    pixels, (channels, side, _) = _pixels(data.image), data.image.shape
     controls = {
         "patch": widgets.SelectionSlider(
-            options=list(patch_sizes), description="patch size"
+            options=data.patch_sizes, description="patch size"
         )
     }
-    if similarities:
-        grid = round(next(iter(similarities.values())).shape[0] ** 0.5)
+    if data.similarity:
         controls["table"] = widgets.Dropdown(
-            options=list(similarities), description="embedding"
+            options=list(data.similarity), description="embedding"
         )
-        controls |= _grid_sliders(grid, "position")
+        controls |= _grid_sliders(data.grid, "position")
 
     def draw(v: dict[str, Any]) -> tuple[Figure, str]:
         patch, count = v["patch"], (side // v["patch"]) ** 2
-        figure, axes = _figure(1 + bool(similarities))
+        figure, axes = _figure(1 + bool(data.similarity))
         axes[0].imshow(pixels, cmap="gray", extent=(0, side, side, 0))
         axes[0].set_axis_off()
         for edge in range(patch, side, patch):
@@ -369,12 +293,12 @@ def live_patch_explorer(
             f"is ({count} + 1) x {patch * patch * channels}"
             " (class token, flattened patches)"
         )
-        if similarities:
-            row, col = v["row"], v["column"]
-            grid_map = (
-                similarities[v["table"]][row * grid + col].reshape(grid, grid).numpy()
+        if data.similarity:
+            row, col, grid = v["row"], v["column"], data.grid
+            similarity = data.similarity[v["table"]][row * grid + col]
+            shown = axes[1].imshow(
+                similarity.reshape(grid, grid).numpy(), cmap="viridis", vmin=-1, vmax=1
             )
-            shown = axes[1].imshow(grid_map, cmap="viridis", vmin=-1, vmax=1)
             axes[1].add_patch(
                 Rectangle((col - 0.5, row - 0.5), 1, 1, fill=False, ec="red")
             )
@@ -389,24 +313,6 @@ def live_patch_explorer(
 # Attention ------------------------------------------------------------------------------------
 
 
-def _attention_map(data: AttentionData, v: dict[str, Any]) -> tuple[torch.Tensor, str]:
-    """The (grid, grid) map the controls' values ``v`` choose, and what it shows."""
-    i, grid, row, col = v["image"], data.grid, v["row"], v["column"]
-    if v["mode"] == "SeqPool weights":
-        return data.pool[i].reshape(grid, grid).cpu(), "SeqPool's weight on each token"
-    query = 0 if v.get("class_token") else data.offset + row * grid + col
-    if v["mode"] == "rollout":
-        weights, what = data.rollout[i, query], "rollout through all layers"
-    else:
-        layer, head = data.maps[v["layer"], i], v["head"]  # (heads, T, T)
-        weights = (layer.mean(dim=0) if head < 0 else layer[head])[query]
-        heads = "mean of the heads" if head < 0 else f"head {head + 1}"
-        what = f"layer {v['layer'] + 1}, {heads}"
-    asked = "the class token" if v.get("class_token") else f"patch ({row}, {col})"
-    patch_keys = weights[data.offset :].reshape(grid, grid).cpu()
-    return patch_keys, f"{what}; query: {asked}"
-
-
 def live_attention_explorer(
     model: nn.Module,
     images: torch.Tensor,
@@ -416,17 +322,17 @@ def live_attention_explorer(
     """Every layer's and head's attention of ``model`` on ``images`` (B, C, H, W), the rollout
     and, for a CVT or CCT, SeqPool's weights: pick an image, a layer, a head (or their mean),
     a mode, and the query patch (or the class token). Arguments as for
-    :func:`~vitbook.book.explorers.attention_explorer`."""
+    :func:`~vitbook.book.explorers.attention_data`."""
     import ipywidgets as widgets
 
-    data = attention_data(model, images)
-    shown = (unit_range(images) if display_images is None else display_images).cpu()
-    names = [class_names[p] if class_names else str(p) for p in data.predicted]
-    labels = [(f"image {i + 1} (predicted: {n})", i) for i, n in enumerate(names)]
-    grid, layers, heads = data.grid, data.maps.shape[0], data.maps.shape[2]
+    data = attention_data(model, images, class_names, display_images)
+    layers, _, heads, *_ = data.maps.shape
     modes = ["attention", "rollout"] + ["SeqPool weights"] * (data.pool is not None)
     controls = {
-        "image": widgets.Dropdown(options=labels, description="image"),
+        "image": widgets.Dropdown(
+            options=[(label, i) for i, label in enumerate(data.labels)],
+            description="image",
+        ),
         "layer": widgets.Dropdown(
             options=[(str(k + 1), k) for k in range(layers)], description="layer"
         ),
@@ -435,7 +341,7 @@ def live_attention_explorer(
             description="head",
         ),
         "mode": widgets.ToggleButtons(options=modes),
-        **_grid_sliders(grid, "query"),
+        **_grid_sliders(data.grid, "query"),
     }
     if data.offset:
         controls["class_token"] = widgets.Checkbox(
@@ -445,19 +351,32 @@ def live_attention_explorer(
     def draw(v: dict[str, Any]) -> tuple[Figure, str]:
         i, row, col, mode = v["image"], v["row"], v["column"], v["mode"]
         from_class = v.get("class_token", False)
-        attention, what = _attention_map(data, v)
+        raw, rollout = data.rows([-1 if from_class else row * data.grid + col])
+        if mode == "SeqPool weights":
+            attention, what = data.pool[i], "SeqPool's weight on each token"
+        else:
+            if mode == "rollout":
+                attention, what = rollout[i, 0], "rollout through all layers"
+            else:
+                by_head, head = raw[i, v["layer"], :, 0], v["head"]  # (heads, N)
+                attention = by_head.mean(dim=0) if head < 0 else by_head[head]
+                heads = "mean of the heads" if head < 0 else f"head {head + 1}"
+                what = f"layer {v['layer'] + 1}, {heads}"
+            asked = "the class token" if from_class else f"patch ({row}, {col})"
+            what += f"; query: {asked}"
         figure, (left, right) = _figure(2)
-        pixels = _pixels(shown[i])
+        pixels = _pixels(data.shown[i])
         left.imshow(pixels, cmap="gray")
         left.set_axis_off()
         right.set_axis_off()
         if mode != "SeqPool weights" and not from_class:  # frame the query patch
-            height, width = pixels.shape[0] / grid, pixels.shape[1] / grid
+            height, width = pixels.shape[0] / data.grid, pixels.shape[1] / data.grid
             frame = Rectangle((col * width, row * height), width, height, fill=False)
             left.add_patch(frame).set(edgecolor="red", linewidth=2)
         right.imshow(pixels, cmap="gray")
-        right.imshow(overlay(shown[i], attention), cmap="inferno", alpha=0.6)
-        left.set_title(names[i])
+        grid_map = attention.reshape(data.grid, data.grid).cpu()
+        right.imshow(overlay(data.shown[i], grid_map), cmap="inferno", alpha=0.6)
+        left.set_title(data.labels[i])
         right.set_title(what, fontsize=9)
         return figure, what
 

@@ -4,7 +4,7 @@
                     that sees the parsed options
 ``cli.config``      :class:`RunConfig`, the checked options every step below receives
 ``cli.errors``      what ends a run, and how: :class:`UsageError` and the run's failures
-``cli.output_dir``  the ``--output-dir``: refused early when unusable, locked for the run
+``cli.output_dir``  the ``--output-dir``: refused early when unusable, locked for a run
 ``cli.resume``      what a ``--resume`` continues: read and checked to be the run's own
 ``cli.parts``       the data, the model and the recipe a config asks for
 ``cli.ranks``       under torchrun: what rank 0 does for the others, who speaks

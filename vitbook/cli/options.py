@@ -24,7 +24,13 @@ from pathlib import Path
 
 from going_modular.models import list_models
 from vitbook.cli import resume
-from vitbook.cli.config import RunConfig, gpu_augment_applies
+from vitbook.cli.config import (
+    DRY_RUN_STEPS,
+    RunConfig,
+    flag,
+    flags,
+    gpu_augment_applies,
+)
 from vitbook.cli.errors import UsageError
 from vitbook.cli.output_dir import check_output_dir
 from vitbook.data import image_folders
@@ -65,7 +71,13 @@ DATASETS = {
 # padded to 32x32 (e.g. patch size 16 or 32-pixel models), resized to 224, then the same in RGB.
 FASHION_INPUTS = [(size, c) for c in (1, 3) for size in (28, 32, 224)]
 # Options a resumed run may set anew; every other option is the run's own.
-RESUME_MAY_CHANGE = ("time_budget", "num_workers", "dist_timeout")
+RESUME_MAY_CHANGE = (
+    "time_budget",
+    "num_workers",
+    "dist_timeout",
+    "offline",
+    "data_root",
+)
 
 
 # --- Option types: each refuses a bad value with argparse's "argument --x: ..." ----------------
@@ -240,6 +252,12 @@ def _add_run(add: Callable[..., argparse.Action]) -> None:
         help="cap on training batches per epoch, for quick runs",
     )
     add(
+        "--dry-run",
+        action="store_true",
+        help=f"check the run's code paths: every epoch capped at {DRY_RUN_STEPS} "
+        f"training and {DRY_RUN_STEPS} test batches (as the book's dry run)",
+    )
+    add(
         "--amp",
         action="store_true",
         help="mixed precision (float16 on CUDA, bfloat16 on CPU)",
@@ -259,8 +277,8 @@ def _add_run(add: Callable[..., argparse.Action]) -> None:
     )
 
 
-def _add_output(add: Callable[..., argparse.Action]) -> None:
-    """Where the run goes, whether it resumes one, and where it is logged."""
+def _add_limits_and_data(add: Callable[..., argparse.Action]) -> None:
+    """How long the run may take, its seed, and where its data come from."""
     add(
         "--time-budget",
         type=_positive,
@@ -282,6 +300,24 @@ def _add_output(add: Callable[..., argparse.Action]) -> None:
         help="fail instead of using the offline stand-in when data can't be fetched",
     )
     add(
+        "--offline",
+        action="store_true",
+        help="never touch the network: datasets come from local files (or, unless "
+        "--no-fallback, their stand-ins)",
+    )
+    add(
+        "--data-root",
+        type=_folder,
+        default=None,
+        metavar="PATH",
+        help="where datasets are downloaded to and looked for (made if missing; "
+        "default: the checkout's data/, else ./data)",
+    )
+
+
+def _add_output(add: Callable[..., argparse.Action]) -> None:
+    """Where the run goes, whether it resumes one, and where it is logged."""
+    add(
         "--output-dir",
         type=_folder,
         default=Path("runs"),
@@ -294,8 +330,8 @@ def _add_output(add: Callable[..., argparse.Action]) -> None:
         default=None,
         metavar="RUN_DIR",
         help="continue an interrupted or failed run (e.g. runs/latest) from its last "
-        "completed epoch, with its own options (only --time-budget, --num-workers and "
-        "--dist-timeout may be given anew); under torchrun, with as many processes",
+        f"completed epoch, with its own options (only {flags(RESUME_MAY_CHANGE)} may "
+        "be given anew); under torchrun, with as many processes",
     )
     add(
         "--dist-timeout",
@@ -309,7 +345,7 @@ def _add_output(add: Callable[..., argparse.Action]) -> None:
         "--mlflow",
         action="store_true",
         help="also log the options and per-epoch results to the MLflow store "
-        "(runs/mlflow.db, or $BOOK_MLFLOW_URI), experiment 'cli'",
+        "(runs/mlflow.db), experiment 'cli'",
     )
 
 
@@ -321,12 +357,19 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="On several processes (GPUs, or CPU processes): launch the same command "
         "with torchrun, e.g. torchrun --nproc_per_node=2 -m vitbook.train ... Each "
         "process trains on its shard of every global batch (--batch-size images each) "
-        "with NCCL on CUDA, gloo on a CPU; rank 0 writes the run. The learning rate is "
+        "with NCCL on CUDA, gloo on a CPU; rank 0 writes the run, and processes given "
+        "different options are refused. The learning rate is "
         "not scaled: to keep lr per image constant, multiply --lr by the number of "
         "processes yourself (the linear-scaling rule), or keep the global batch by "
         "dividing --batch-size.",
     )
-    for add_options in (_add_model_and_data, _add_training, _add_run, _add_output):
+    for add_options in (
+        _add_model_and_data,
+        _add_training,
+        _add_run,
+        _add_limits_and_data,
+        _add_output,
+    ):
         add_options(parser.add_argument)
     return parser
 
@@ -350,7 +393,7 @@ def resolve_recipe(args: argparse.Namespace) -> cct_recipes.CCTRecipe | None:
     try:
         return recipe.replace(**explicit)
     except ValueError as error:
-        flags = ", ".join(f"--{key.replace('_', '-')}" for key in explicit)
+        flags = ", ".join(flag(key) for key in explicit)
         raise UsageError(f"--recipe {args.recipe} with {flags}: {error}") from None
 
 
@@ -374,6 +417,21 @@ def check_options(args: argparse.Namespace, recipe) -> None:
         )
     gpu_augment_applies(args.dataset, args.gpu_augment, recipe)
     check_output_dir(args.output_dir, args.data_dir)
+    if args.data_root is not None:
+        _check_data_root(args.data_root)
+
+
+def _check_data_root(root: Path) -> None:
+    """Refuse a ``--data-root`` that is, or lies inside, a file (a missing folder is
+    made when a dataset lands there)."""
+    existing = next(
+        p for p in (root.absolute(), *root.absolute().parents) if p.exists()
+    )
+    if not existing.is_dir():
+        raise UsageError(
+            f"--data-root {root}: {existing} is a file, not a folder; give the folder "
+            "where datasets are kept (it is made if missing)"
+        )
 
 
 def _image_folder_classes(data_dir: Path) -> list[str]:
@@ -454,15 +512,14 @@ def resume_from(args: argparse.Namespace) -> resume.Resumed:
     run_dir, saved = resume.saved_run(args.resume)
     defaults = vars(build_parser().parse_args([]))
     changed = [
-        "--" + key.replace("_", "-")
+        flag(key)
         for key, value in vars(args).items()
         if key not in ("resume", *RESUME_MAY_CHANGE) and value != defaults[key]
     ]
     if changed:
         raise UsageError(
             f"--resume continues a run with its own options, so {', '.join(changed)} "
-            "cannot be given with it (only --time-budget, --num-workers and --dist-timeout "
-            "can)"
+            f"cannot be given with it (only {flags(RESUME_MAY_CHANGE)} can)"
         )
     actions = {action.dest: action for action in build_parser()._actions}
     options = {

@@ -63,7 +63,8 @@ def check_output_dir(out: Path, data_dir: Path | None) -> None:
 @contextlib.contextmanager
 def locked_output_dir(out: Path) -> Iterator[None]:
     """Create ``out``, check that it is writable and hold its lock (see
-    :class:`~vitbook.training.runs.OutputLock`) for the duration of the block."""
+    :class:`~vitbook.training.runs.OutputLock`; a lock file that is a link or not a
+    regular file is refused) for the duration of the block."""
     try:
         out.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=out):
@@ -76,7 +77,7 @@ def locked_output_dir(out: Path) -> Iterator[None]:
     lock = runs.OutputLock(out)
     try:
         lock.acquire()
-    except runs.RunLockedError as error:
+    except (runs.RunLockedError, runs.UnsafeLockError) as error:
         raise UsageError(f"--output-dir {error}") from None
     try:
         yield

@@ -1,12 +1,14 @@
 """The data, the model and the recipe a :class:`~vitbook.cli.config.RunConfig` asks
-for: the loaders (batched augmentation on the device with ``--gpu-augment``), the model
-built for the first input shape it takes, and the engine's
-:class:`~vitbook.training.recipe.Recipe`."""
+for: the library's switches (``--offline``, ``--data-root``), the loaders (batched
+augmentation on the device with ``--gpu-augment``), the model built for the first input
+shape it takes, and the engine's :class:`~vitbook.training.recipe.Recipe`."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
@@ -17,20 +19,35 @@ from torchvision import transforms
 from going_modular.data import augment
 from going_modular.data.loaders import default_num_workers, train_test_loaders
 from going_modular.models import build_model
-from vitbook.book import settings
-from vitbook.cli.config import RunConfig
+from vitbook.cli.config import DRY_RUN_STEPS, RunConfig
 from vitbook.cli.errors import UsageError
-from vitbook.data import datasets, gpu_augment, image_folders
+from vitbook.data import datasets, gpu_augment, image_folders, network, paths
 from vitbook.training.recipe import Recipe
 from vitbook.training.speed import prefer_channels_last
 
 __all__ = [
+    "data_switches",
     "fitting_model",
     "loaders",
     "make_dataloaders",
     "prepare_model",
     "training_recipe",
 ]
+
+
+@contextlib.contextmanager
+def data_switches(config: RunConfig) -> Iterator[None]:
+    """Within the block, the data code offline with ``--offline`` and its datasets in
+    ``--data-root`` (each left as the caller set it when not given); put back after."""
+    offline = network.is_offline()
+    network.set_offline(offline or config.offline)
+    root = paths.set_data_dir(config.data_root) if config.data_root else None
+    try:
+        yield
+    finally:
+        network.set_offline(offline)
+        if config.data_root:
+            paths.set_data_dir(root)
 
 
 def _datasets(
@@ -224,8 +241,9 @@ def training_recipe(
     """The engine's recipe for this run: AdamW with the options' learning rate, weight decay
     (biases and norms exempt), label smoothing and warmup + cosine, or the CCT recipe's
     (:meth:`~vitbook.training.cct_recipes.CCTRecipe.training_recipe`); with the
-    options' length, time budget, gradient clipping and mixed precision, and a dry run's
-    step caps (``BOOK_DRY_RUN=1``, :func:`~vitbook.book.settings.capped`)."""
+    options' length, time budget, gradient clipping and mixed precision; with
+    ``--dry-run``, every epoch at most :data:`~vitbook.cli.config.DRY_RUN_STEPS`
+    training and test batches."""
     if config.cct is None:
         recipe = Recipe(
             lr=config.lr,
@@ -240,11 +258,15 @@ def training_recipe(
             steps_per_epoch, config.epochs, num_classes=num_classes
         )
         print(f"[INFO] Recipe {config.cct.name}: {config.cct.source}")
-    return settings.capped(
-        recipe.replace(
-            max_steps_per_epoch=config.max_steps,
-            time_budget=None if config.time_budget is None else config.time_budget * 60,
-            max_grad_norm=config.max_grad_norm,
-            amp=config.amp,
-        )
+    recipe = recipe.replace(
+        max_steps_per_epoch=config.max_steps,
+        time_budget=None if config.time_budget is None else config.time_budget * 60,
+        max_grad_norm=config.max_grad_norm,
+        amp=config.amp,
+    )
+    if not config.dry_run:
+        return recipe
+    return recipe.replace(
+        max_steps_per_epoch=min(recipe.max_steps_per_epoch or math.inf, DRY_RUN_STEPS),
+        max_eval_steps=min(recipe.max_eval_steps or math.inf, DRY_RUN_STEPS),
     )

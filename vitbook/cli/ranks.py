@@ -1,6 +1,7 @@
-"""Under torchrun: what rank 0 does for the others (it creates the run folder, prepares the
-data first), who speaks, and how a lost process is recognised
-(:mod:`vitbook.training.distributed` holds the process group itself)."""
+"""Under torchrun: that every process was given the same options, what rank 0 does for
+the others (it creates the run folder, prepares the data first), who speaks, and how a
+lost process is recognised (:mod:`vitbook.training.distributed` holds the process group
+itself)."""
 
 from __future__ import annotations
 
@@ -11,12 +12,13 @@ from typing import TypeVar
 
 import torch.distributed as dist
 
-from vitbook.cli.config import RunConfig
+from vitbook.cli.config import PER_PROCESS, RunConfig, flag, flags
 from vitbook.cli.errors import UsageError
 from vitbook.training import distributed
 from vitbook.training.distributed import Distributed
 
 __all__ = [
+    "check_same_options",
     "is_main",
     "lost_contact",
     "main_first",
@@ -101,3 +103,39 @@ def share_work(config: RunConfig, ctx: Distributed) -> None:
         f"rate {config.lr:g} is used as given, not scaled (the linear-scaling rule "
         f"would use {n} x {config.lr:g} = {n * config.lr:g} for this {n}x larger batch)."
     )
+
+
+def _said(value: object) -> str:
+    """An option's value as the command line gives it."""
+    if isinstance(value, bool) or value is None:
+        return "given" if value else "not given"
+    return str(value)
+
+
+def _where_each(values: list[object]) -> str:
+    """Which rank has which value: "42 on rank 0 but 7 on ranks 1, 2"."""
+    ranks_of: dict[object, list[str]] = {}
+    for rank, value in enumerate(values):
+        ranks_of.setdefault(value, []).append(str(rank))
+    return " but ".join(
+        f"{_said(value)} on rank{'s' * (len(ranks) > 1)} {', '.join(ranks)}"
+        for value, ranks in ranks_of.items()
+    )
+
+
+def check_same_options(config: RunConfig, ctx: Distributed) -> None:
+    """Refuse to start (UsageError on every rank) when the processes were not given the
+    same options, e.g. a node whose command says another ``--lr`` or ``--seed``; only
+    the options of :data:`~vitbook.cli.config.PER_PROCESS` may differ."""
+    every = distributed.gather(config.shared(), ctx)
+    differ = [
+        f"{flag(key)} {_where_each([options[key] for options in every])}"
+        for key in every[0]
+        if any(options[key] != every[0][key] for options in every)
+    ]
+    if differ:
+        raise UsageError(
+            f"the {ctx.world_size} processes were started with different options: "
+            f"{'; '.join(differ)}. Give every process the same options (only "
+            f"{flags(PER_PROCESS)} may differ)"
+        )

@@ -1,13 +1,15 @@
-"""What a ``--resume`` continues: the run folder, its results.json and its checkpoint, read
-and checked before anything is written; then, once the model, recipe and data are built,
-checked to be the run's own (another model, recipe, data or number of processes is
-refused and the run folder left as it was)."""
+"""What a ``--resume`` continues: the run folder (which must be writable), its
+results.json and its checkpoint, read and checked before anything is written; then, once
+the model, recipe and data are built, checked to be the run's own (another model,
+recipe, data or number of processes, or another run's checkpoint: :func:`run_identity`,
+is refused and the run folder left as it was)."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
 import math
+import tempfile
 from pathlib import Path
 
 from torch.utils.data import DataLoader
@@ -18,6 +20,7 @@ from vitbook.training.checkpoint import (
     CHECKPOINT_NAME,
     CheckpointMismatchError,
     config_mismatches,
+    identity_mismatches,
     read_checkpoint,
     training_config,
 )
@@ -29,6 +32,7 @@ __all__ = [
     "check_length",
     "check_resumable",
     "readable_checkpoint",
+    "run_identity",
     "saved_run",
 ]
 
@@ -51,8 +55,32 @@ class Resumed:
         return cls(run_dir, record, results, checkpoint)
 
 
+def run_identity(record: dict) -> dict:
+    """What each checkpoint of a run holds as the run it belongs to (fit's
+    ``identity``): the run's id and its options as given (the seed among them), as its
+    results.json records them."""
+    return {"run_id": record.get("run_id"), **record.get("options", {})}
+
+
+def _check_writable(resume: Path, run_dir: Path) -> None:
+    """Refuse a run folder (or its output folder, which holds the lock) that cannot be
+    written: a read-only mount or a folder without permission."""
+    for folder in (run_dir, run_dir.parent):
+        try:
+            with tempfile.TemporaryFile(dir=folder):
+                pass
+        except OSError as error:
+            raise UsageError(
+                f"--resume {resume}: {folder} cannot be written "
+                f"({error.strerror or error}), so the run cannot go on there. Make it "
+                "writable, or copy the run folder somewhere writable and resume the "
+                "copy"
+            ) from None
+
+
 def saved_run(resume: Path) -> tuple[Path, dict]:
-    """The run folder ``--resume`` names and its results.json, if it can be continued."""
+    """The run folder ``--resume`` names and its results.json, if it can be continued
+    (there, in a folder that can be written)."""
     run_dir = runs.resolve_run(resume)
     try:
         saved = json.loads((run_dir / runs.RESULTS).read_text())
@@ -74,6 +102,7 @@ def saved_run(resume: Path) -> tuple[Path, dict]:
             "complete, so there is nothing to continue from. Start it again without "
             "--resume"
         )
+    _check_writable(resume, run_dir)
     return run_dir, saved
 
 
@@ -134,7 +163,8 @@ def check_resumable(
     world_size: int,
 ) -> None:
     """Refuse (UsageError, before anything is written) a checkpoint that another model,
-    recipe, data or number of processes made: it is not this run's to continue."""
+    recipe, data or number of processes made, or another run (:func:`run_identity`): it
+    is not this run's to continue."""
     _check_world_size(resumed, world_size)
     optimizer = recipe.build_optimizer(current.model)
     per_epoch = min(len(train_dl), recipe.max_steps_per_epoch or math.inf)
@@ -160,4 +190,13 @@ def check_resumable(
             f"--resume {current.dir}: its {CHECKPOINT_NAME} does not belong to this run "
             f"({'; '.join(problems)}). Nothing was changed: put the run's own "
             f"{CHECKPOINT_NAME} and data back, or start a new run"
+        )
+    others = identity_mismatches(
+        resumed.checkpoint.get("config", {}).get("run"), run_identity(resumed.record)
+    )
+    if others:
+        raise UsageError(
+            f"--resume {current.dir}: its {CHECKPOINT_NAME} is another run's "
+            f"({'; '.join(others)}). Nothing was changed: put the run's own "
+            f"{CHECKPOINT_NAME} back, or start a new run"
         )

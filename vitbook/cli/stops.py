@@ -53,7 +53,7 @@ def _stopped(
         return _stopped_elsewhere(error, ctx)
     # under torchrun, another rank's exit brings a SIGTERM: it waits for the keeping
     with runs.signals_held() if ctx is not None else contextlib.nullcontext():
-        record, kept = current.keep_stopped(error)
+        record, kept, from_checkpoint = current.keep_stopped(error)
     if together:
         distributed.barrier()
     epochs = record["epochs_completed"]
@@ -62,15 +62,18 @@ def _stopped(
     )
     resume = f" Continue with: {launcher} -m vitbook.train --resume {current.dir}"
     interrupted = isinstance(error, KeyboardInterrupt)
-    if not epochs or (not interrupted and isinstance(error, TrainingDiverged)):
-        resume = ""  # nothing to continue, or the same options would diverge again
+    if not (from_checkpoint and epochs) or (
+        not interrupted and isinstance(error, TrainingDiverged)
+    ):  # nothing to continue, or the same options would diverge again
+        resume = ""
     if interrupted:
-        where = (
-            f"during epoch {epochs + 1}" if epochs else "before an epoch was complete"
-        )
-        return TrainingInterrupted(
-            f"Interrupted {where}: {kept}.{resume}", runs.exit_code(error)
-        )
+        if not from_checkpoint:  # the checkpoint is lost: where the run was is unknown
+            when = "Interrupted"
+        elif epochs:
+            when = f"Interrupted during epoch {epochs + 1}"
+        else:
+            when = "Interrupted before an epoch was complete"
+        return TrainingInterrupted(f"{when}: {kept}.{resume}", runs.exit_code(error))
     if isinstance(error, FAILURES):
         return TrainingFailed(f"{record['error']} {kept[0].upper()}{kept[1:]}.{resume}")
     return error

@@ -77,14 +77,7 @@ def _safe_extract(
     try:
         with zipfile.ZipFile(archive) as zf:
             members = zf.infolist()
-            for member in members:
-                target = (root / member.filename).resolve()
-                if target != root and root not in target.parents:
-                    raise ArchiveError(
-                        f"the archive member {member.filename!r} would be written outside "
-                        f"{destination.name}",
-                        "The archive is unsafe; it was not extracted.",
-                    )
+            _check_member_paths(members, root, destination.name)
             total = sum(member.file_size for member in members)
             _check_unpacked_size(
                 total, archive.stat().st_size, root, max_size, max_ratio
@@ -103,6 +96,32 @@ def _safe_extract(
             f"the zip archive cannot be extracted here ({e})",
             "Extract it by hand into the data folder, or use another copy.",
         ) from e
+
+
+def _check_member_paths(
+    members: list[zipfile.ZipInfo], root: Path, folder_name: str
+) -> None:
+    """Refuse a member that would land outside ``root``, or a file whose path is also
+    a folder of other members (``a`` and ``a/b``), which no disk can hold."""
+    files, folders = set(), set()
+    for member in members:
+        target = (root / member.filename).resolve()
+        if target != root and root not in target.parents:
+            raise ArchiveError(
+                f"the archive member {member.filename!r} would be written outside "
+                f"{folder_name}",
+                "The archive is unsafe; it was not extracted.",
+            )
+        (folders if member.is_dir() else files).add(target)
+        folders.update(target.parents)
+    clash = sorted(files & folders)
+    if clash:
+        raise ArchiveError(
+            f"the archive holds a file and a folder of the same name, "
+            f"{clash[0].relative_to(root).as_posix()!r}",
+            "The archive is malformed; it was not extracted. Use another copy, or "
+            "extract it by hand and rename one of them.",
+        )
 
 
 def _check_unpacked_size(

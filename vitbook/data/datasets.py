@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import gzip
 import hashlib
-import os
 import pickle
 import shutil
 import socket

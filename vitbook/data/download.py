@@ -12,8 +12,8 @@ are the entry point, its argument checks and the folder's life. Every failure is
 
 from __future__ import annotations
 
-import base64
 import dataclasses
+import hashlib
 import math
 import os
 import re
@@ -53,7 +53,10 @@ def _fail(url: str, cause: str, todo: str) -> DownloadError:
 
 def _check_source(source: str) -> None:
     """Refuse anything but an http(s) address, before any work."""
-    scheme = urllib.parse.urlsplit(source).scheme.lower() if source else ""
+    try:
+        scheme = urllib.parse.urlsplit(source).scheme.lower() if source else ""
+    except ValueError:  # such as an unclosed [ of an IPv6 address
+        scheme = ""
     if not scheme or "://" not in source:
         raise _fail(source, "this is not a URL", "Pass an http(s):// address.")
     if scheme not in ("http", "https"):
@@ -65,17 +68,18 @@ def _check_source(source: str) -> None:
         )
 
 
-def _split_credentials(source: str) -> tuple[str, str | None]:
+def _split_credentials(source: str) -> tuple[str, tuple[bytes, bytes] | None]:
     """``source`` without a ``user:password@`` part (the only form that is ever shown),
-    and the HTTP basic ``Authorization`` value made from that part (None without one)."""
+    and that part's user and password in UTF-8 for HTTP basic authentication (None
+    without one)."""
     parts = urllib.parse.urlsplit(source)
     if "@" not in parts.netloc:
         return source, None
     userinfo, _, hostport = parts.netloc.rpartition("@")
     shown = urllib.parse.urlunsplit(parts._replace(netloc=hostport))
     user, _, password = userinfo.partition(":")
-    pair = f"{urllib.parse.unquote(user)}:{urllib.parse.unquote(password)}"
-    return shown, "Basic " + base64.b64encode(pair.encode()).decode("ascii")
+    pair = (urllib.parse.unquote(user), urllib.parse.unquote(password))
+    return shown, (pair[0].encode(), pair[1].encode())
 
 
 def _check_destination(url: str, destination: str) -> None:
@@ -158,7 +162,7 @@ class _Job:
     """One checked call of :func:`download_data`: what to fetch and the rules it obeys."""
 
     url: str  # without its credentials
-    authorization: str | None  # HTTP basic, from the URL's ``user:password@``
+    auth: tuple[bytes, bytes] | None  # HTTP basic, from the URL's ``user:password@``
     sha256: str | None
     limits: Limits
     max_size: int
@@ -206,14 +210,14 @@ def download_data(
             that cannot be written. In every case nothing is left in ``data_dir``.
     """
     _check_source(source)
-    url, authorization = _split_credentials(source)
+    url, auth = _split_credentials(source)
     _check_destination(url, destination)
     sha256 = _check_sha256(url, sha256)
     numbers = dict(timeout=timeout, deadline=deadline, min_speed=min_speed)
     numbers |= dict(speed_time=speed_time, max_size=max_size, max_ratio=max_ratio)
     _check_numbers(url, numbers)
     limits = Limits(timeout, deadline, min_speed, speed_time, allow_private_redirects)
-    job = _Job(url, authorization, sha256, limits, max_size, max_ratio, remove_source)
+    job = _Job(url, auth, sha256, limits, max_size, max_ratio, remove_source)
     root = Path(data_dir) if data_dir is not None else default_data_dir()
     try:
         return _download_folder(job, root, destination)
@@ -247,7 +251,8 @@ def _download_folder(job: _Job, root: Path, destination: str) -> Path:
         raise _fail(
             job.url,
             f"the library is {OFFLINE}, which forbids network access",
-            "Call set_offline(False), or unset BOOK_OFFLINE for the book, to download.",
+            "Call set_offline(False) (the book: unset BOOK_OFFLINE; the command line: "
+            "leave out --offline) to download.",
         )
     with (
         temporary_folder(root, destination) as workdir,
@@ -260,14 +265,33 @@ def _download_folder(job: _Job, root: Path, destination: str) -> Path:
     return folder
 
 
+# The longest local file name kept as the URL gives it (bytes): most file systems refuse
+# names above 255 bytes, eCryptfs above 143.
+_MAX_NAME = 128
+
+
+def _local_name(url: str) -> str:
+    """The URL's file name ("download" without one); one longer than ``_MAX_NAME``
+    bytes is cut and made unique with a hash of the whole, keeping a short suffix."""
+    name = Path(urllib.parse.urlsplit(url).path).name
+    if name in ("", ".", ".."):
+        return "download"
+    if len(name.encode()) <= _MAX_NAME:
+        return name
+    suffix = Path(name).suffix if len(Path(name).suffix.encode()) <= 16 else ""
+    digest = hashlib.sha256(name.encode()).hexdigest()[:12]
+    room = _MAX_NAME - len(digest) - 1 - len(suffix.encode())
+    short = f"{name.encode()[:room].decode(errors='ignore')}-{digest}{suffix}"
+    print(f"[INFO] The URL's file name has {len(name)} characters; saved as {short}")
+    return short
+
+
 def _download_into(job: _Job, workdir: Path, staged: Path) -> Path:
     """Fetch the job's URL into ``workdir`` and verify it, then unpack it into ``staged``
     with its SHA-256 recorded; return the downloaded file."""
-    filename = Path(urllib.parse.urlsplit(job.url).path).name
-    filename = "download" if filename in ("", ".", "..") else filename
-    archive = workdir / filename
+    archive = workdir / _local_name(job.url)
     print(f"[INFO] Downloading {job.url} ...")
-    fetch(job.url, archive, job.limits, job.max_size, job.authorization)
+    fetch(job.url, archive, job.limits, job.max_size, job.auth)
     if archive.stat().st_size == 0:
         raise _fail(
             job.url,

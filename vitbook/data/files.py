@@ -12,7 +12,8 @@ ids mean nothing to each other: another machine's temporary is left alone for a 
 * :func:`atomic_folder`: a folder filled beside its place, then renamed into it;
 * :func:`temporary_folder`: a scratch folder named the same way, removed afterwards;
 * :func:`sha256_of`: a file's SHA-256, read in chunks;
-* :func:`listing_sha256`: the SHA-256 of a labelled file list (names, labels and sizes).
+* :func:`listing_sha256`: the SHA-256 of a labelled file list (names, labels and sizes);
+* :func:`shown`: a path as text that always prints (bytes that are not UTF-8 escaped).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ __all__ = [
     "machine_id",
     "remove_stale_temporaries",
     "sha256_of",
+    "shown",
     "temporary_folder",
     "temporary_prefix",
     "umask",
@@ -66,12 +68,19 @@ def sha256_of(path: str | Path) -> str:
 def listing_sha256(root: str | Path, files: list[tuple[str, int]]) -> str:
     """The SHA-256 of ``files`` (``(path, label)`` pairs, as an ImageFolder's ``samples``):
     each path below ``root``, its label and its size in bytes. A file added, removed,
-    renamed, moved to another label or resized changes it; the contents are not read."""
+    renamed, moved to another label or resized changes it; the contents are not read.
+    Names are hashed as the file system's bytes, so one that is not UTF-8 counts too."""
     digest = hashlib.sha256()
     for path, label in sorted(files):
-        name = os.path.relpath(path, root)
-        digest.update(f"{name}\0{label}\0{os.stat(path).st_size}\n".encode())
+        name = os.fsencode(os.path.relpath(path, root))
+        digest.update(name + f"\0{label}\0{os.stat(path).st_size}\n".encode())
     return digest.hexdigest()
+
+
+def shown(path: str | bytes | os.PathLike) -> str:
+    """``path`` as text that any terminal or log prints: a name whose bytes are not
+    UTF-8 (``b'caf\\xe9.png'`` on Linux) shows them as escapes (``caf\\xe9.png``)."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
 
 
 def umask() -> int:

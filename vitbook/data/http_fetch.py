@@ -1,6 +1,6 @@
-"""HTTP(S) fetching with safety rules: a checked status, a time limit on every read and on
-the whole transfer, a stall rule, a size cap, redirects to public addresses only, and basic
-authentication that a redirect does not carry on.
+"""HTTP(S) fetching through ``requests``, with the rules it lacks: a checked status and
+length, a deadline on the whole transfer, a stall rule, a size cap, and redirects to
+public http(s) addresses only.
 
 Every refusal is a :class:`FetchError` holding the cause and what to do;
 :func:`~vitbook.data.download.download_data` names the URL.
@@ -8,33 +8,23 @@ Every refusal is a :class:`FetchError` holding the cause and what to do;
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
-import errno
-import functools
-import http.client
-import io
 import ipaddress
 import socket
+import threading
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from pathlib import Path
 
+import requests
+import urllib3
 from tqdm.auto import tqdm
 
 __all__ = ["FetchError", "Limits", "fetch", "format_size"]
 
 _CHUNK = 1 << 16
-# errno values that mean the disk, not the network, failed.
-_DISK_ERRNOS = {
-    errno.ENOSPC,
-    errno.EDQUOT,
-    errno.EROFS,
-    errno.EACCES,
-    errno.EPERM,
-    errno.EFBIG,
-}
+_MAX_REDIRECTS = 10  # urllib's limit, which the downloads had before requests (30)
 
 
 class FetchError(RuntimeError):
@@ -53,142 +43,6 @@ def _too_large(what: str, max_size: int) -> FetchError:
     )
 
 
-class _DeadlineReader(io.RawIOBase):
-    """A socket's reads, each given at most ``timeout`` seconds and none past ``deadline``
-    (a ``time.monotonic()`` value): a server that trickles bytes cannot hold a download."""
-
-    def __init__(self, sock: socket.socket, deadline: float, timeout: float):
-        super().__init__()
-        self._sock, self._deadline, self._timeout = sock, deadline, timeout
-        # Unbuffered, and counted by the socket: it stays open until this is closed.
-        self._raw = sock.makefile("rb", buffering=0)
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer) -> int:
-        remaining = self._deadline - time.monotonic()
-        if remaining <= 0:
-            raise TimeoutError("the download's deadline has passed")
-        self._sock.settimeout(min(self._timeout, remaining))
-        return self._raw.readinto(buffer)
-
-    def close(self) -> None:
-        self._raw.close()
-        super().close()
-
-
-class _DeadlineSocket:
-    """A connected socket whose responses are read through a :class:`_DeadlineReader`."""
-
-    def __init__(self, sock: socket.socket, deadline: float, timeout: float):
-        self._sock, self._deadline, self._timeout = sock, deadline, timeout
-
-    def makefile(self, mode: str = "rb", *args, **kwargs) -> io.BufferedReader:
-        return io.BufferedReader(
-            _DeadlineReader(self._sock, self._deadline, self._timeout)
-        )
-
-    def __getattr__(self, name: str):
-        return getattr(self._sock, name)
-
-
-class _DeadlineMixin:
-    """An ``http.client`` connection whose every read ends by ``deadline``."""
-
-    def __init__(self, *args, deadline: float, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.deadline = deadline
-
-    def connect(self) -> None:
-        read_timeout = self.timeout
-        self.timeout = max(0.001, min(read_timeout, self.deadline - time.monotonic()))
-        super().connect()
-        self.timeout = read_timeout
-        self.sock = _DeadlineSocket(self.sock, self.deadline, read_timeout)
-
-
-class _HTTPConnection(_DeadlineMixin, http.client.HTTPConnection):
-    pass
-
-
-class _HTTPSConnection(_DeadlineMixin, http.client.HTTPSConnection):
-    pass
-
-
-class _HTTPHandler(urllib.request.HTTPHandler):
-    def __init__(self, deadline: float):
-        super().__init__()
-        self.deadline = deadline
-
-    def http_open(self, req):
-        connection = functools.partial(_HTTPConnection, deadline=self.deadline)
-        return self.do_open(connection, req)
-
-
-class _HTTPSHandler(urllib.request.HTTPSHandler):
-    def __init__(self, deadline: float):
-        super().__init__()
-        self.deadline = deadline
-
-    def https_open(self, req):
-        connection = functools.partial(_HTTPSConnection, deadline=self.deadline)
-        return self.do_open(connection, req, context=self._context)
-
-
-def _is_private(host: str) -> bool:
-    """Whether ``host`` is, or resolves to, a loopback, private, link-local or otherwise
-    non-public address (a cloud's metadata service, a router, this computer)."""
-    try:
-        found = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
-    except (OSError, UnicodeError):
-        return False  # unresolvable: the connection fails with its own error
-    for *_, address in found:
-        ip = ipaddress.ip_address(address[0].split("%")[0])
-        if not ip.is_global or ip.is_multicast:
-            return True
-    return False
-
-
-class _PublicRedirectHandler(urllib.request.HTTPRedirectHandler):
-    """Follows redirects to public addresses only, unless ``allow_private``: a public URL
-    must not lead the download to this computer's or its network's services."""
-
-    def __init__(self, allow_private: bool):
-        super().__init__()
-        self.allow_private = allow_private
-
-    def redirect_request(self, req, fp, code, msg, headers, newurl):
-        host = urllib.parse.urlsplit(
-            urllib.parse.urljoin(req.full_url, newurl)
-        ).hostname
-        if not self.allow_private and host and _is_private(host):
-            raise FetchError(
-                f"it redirects to {host}, a loopback, private or link-local address",
-                "If you trust that server, pass allow_private_redirects=True. Nothing "
-                "was kept.",
-            )
-        return super().redirect_request(req, fp, code, msg, headers, newurl)
-
-
-def _opener(deadline: float, allow_private: bool) -> urllib.request.OpenerDirector:
-    """urllib's opener for http(s) only (redirects, proxies), every read ending by
-    ``deadline``; no file://, ftp:// or data: handlers, even through a redirect, and no
-    redirect to a private address unless ``allow_private``."""
-    opener = urllib.request.OpenerDirector()
-    for handler in (
-        urllib.request.ProxyHandler(),
-        urllib.request.UnknownHandler(),
-        urllib.request.HTTPDefaultErrorHandler(),
-        _PublicRedirectHandler(allow_private),
-        urllib.request.HTTPErrorProcessor(),
-        _HTTPHandler(deadline),
-        _HTTPSHandler(deadline),
-    ):
-        opener.add_handler(handler)
-    return opener
-
-
 @dataclasses.dataclass(frozen=True)
 class Limits:
     """How long and how slow a transfer may be: each wait for data (``timeout``), the whole
@@ -204,7 +58,7 @@ class Limits:
 
 class _Transfer:
     """The bytes received so far, and the stall rule watched in windows of
-    ``speed_time`` seconds."""
+    ``speed_time`` seconds (requests has no stall rule)."""
 
     def __init__(self, limits: Limits):
         self.limits, self.received = limits, 0
@@ -232,12 +86,58 @@ def _stalled(limits: Limits, received: int) -> FetchError:
     )
 
 
-def _request(url: str, authorization: str | None) -> urllib.request.Request:
-    """A GET of ``url`` with basic authentication, which a redirect does not carry on."""
-    request = urllib.request.Request(url)
-    if authorization is not None:
-        request.add_unredirected_header("Authorization", authorization)
-    return request
+def _missed_deadline(limits: Limits, received: int) -> FetchError:
+    return FetchError(
+        f"it did not finish within its deadline of {limits.deadline:g} s "
+        f"({format_size(received)} received)",
+        "The server is too slow or stalled; try again later, or pass a longer "
+        "deadline=.",
+    )
+
+
+def _is_private(host: str) -> bool:
+    """Whether ``host`` is, or resolves to, a loopback, private, link-local or otherwise
+    non-public address (a cloud's metadata service, a router, this computer)."""
+    try:
+        found = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
+    except (OSError, UnicodeError):
+        return False  # unresolvable: the connection fails with its own error
+    for *_, address in found:
+        ip = ipaddress.ip_address(address[0].split("%")[0])
+        if not ip.is_global or ip.is_multicast:
+            return True
+    return False
+
+
+def _redirect_guard(session: requests.Session, allow_private: bool):
+    """A response hook refusing a redirect to anything but http(s), or to a private
+    address unless ``allow_private``: a public URL must not lead the download to this
+    computer's or its network's services (requests follows any http(s) redirect)."""
+
+    def check(response: requests.Response, **kwargs) -> requests.Response:
+        location = session.get_redirect_target(response)
+        if location is None:
+            return response
+        target = urllib.parse.urljoin(response.url, location)
+        parts = urllib.parse.urlsplit(target)
+        if parts.scheme.lower() not in ("http", "https"):
+            response.close()
+            raise FetchError(
+                f"Redirection to url '{target}' is refused: only http:// and https:// "
+                "addresses are followed",
+                "Check the URL; nothing was kept.",
+            )
+        if not allow_private and parts.hostname and _is_private(parts.hostname):
+            response.close()
+            raise FetchError(
+                f"it redirects to {parts.hostname}, a loopback, private or link-local "
+                "address",
+                "If you trust that server, pass allow_private_redirects=True. Nothing "
+                "was kept.",
+            )
+        return response
+
+    return check
 
 
 def fetch(
@@ -245,59 +145,114 @@ def fetch(
     target: Path,
     limits: Limits,
     max_size: int,
-    authorization: str | None = None,
+    auth: tuple[bytes, bytes] | None = None,
 ) -> None:
-    """Stream ``url`` into ``target``, checking the status, the announced length, the
-    ``max_size``, the ``deadline`` (seconds for the whole transfer) and the stall rule."""
+    """Stream ``url`` into ``target`` (with HTTP basic ``auth``, which requests sends to
+    that host only), checking the status, the announced length, the ``max_size``, the
+    ``deadline`` (seconds for the whole transfer) and the stall rule."""
     end = time.monotonic() + limits.deadline
-    transfer, expected = _Transfer(limits), None
+    transfer = _Transfer(limits)
+    with requests.Session() as session:
+        session.max_redirects = _MAX_REDIRECTS
+        session.hooks["response"].append(_redirect_guard(session, limits.allow_private))
+        try:
+            with _get_by(end, session, url, auth, limits) as response:
+                expected = _expected_length(response, max_size)
+                _stream(response, target, transfer, expected, max_size, end)
+        except (requests.RequestException, urllib3.exceptions.HTTPError) as e:
+            raise _transfer_error(e, limits, transfer.received, end) from e
+
+
+def _get_by(
+    end: float,
+    session: requests.Session,
+    url: str,
+    auth: tuple[bytes, bytes] | None,
+    limits: Limits,
+) -> requests.Response:
+    """``session``'s streamed GET of ``url``, its headers read by ``end`` (a
+    ``time.monotonic()`` value); its body is read by the caller."""
+    # requests bounds each wait, never the whole request, so a server that trickles its
+    # headers would hold it: it runs in a daemon thread, abandoned at the deadline.
+    done: concurrent.futures.Future = concurrent.futures.Future()
+    connect = max(0.001, min(limits.timeout, end - time.monotonic()))
+
+    def get() -> None:
+        try:
+            response = session.get(
+                url,
+                auth=auth,
+                stream=True,
+                timeout=(connect, limits.timeout),
+                headers={"Accept-Encoding": "identity"},  # the file's bytes, as stored
+            )
+        except BaseException as e:  # handed to the caller
+            done.set_exception(e)
+        else:
+            done.set_result(response)
+
+    threading.Thread(target=get, name=f"fetch {url}", daemon=True).start()
     try:
-        opener = _opener(end, limits.allow_private)
-        request = _request(url, authorization)
-        with opener.open(request, timeout=limits.timeout) as response:
-            expected = _expected_length(response, max_size)
-            _stream(response, target, transfer, expected, max_size)
-    except (http.client.HTTPException, OSError, ValueError) as e:
-        error = _transfer_error(e, limits, transfer.received, end)
-        if error is None:
-            raise  # the disk, not the network
-        raise error from e
-    if expected is not None and transfer.received != expected:
-        raise FetchError(
-            f"the connection closed after {transfer.received} of {expected} bytes",
-            "The download was interrupted; run it again.",
-        )
+        concurrent.futures.wait([done], timeout=max(0.0, end - time.monotonic()))
+    except BaseException:  # such as KeyboardInterrupt: the response is not wanted
+        done.add_done_callback(_close_response)
+        raise
+    if not done.done():
+        done.add_done_callback(_close_response)  # whenever it comes
+        raise _missed_deadline(limits, 0)
+    return done.result()
 
 
-def _expected_length(response, max_size: int) -> int | None:
+def _close_response(done: concurrent.futures.Future) -> None:
+    if done.exception() is None:
+        done.result().close()
+
+
+def _expected_length(response: requests.Response, max_size: int) -> int | None:
     """The response's announced length (None without one), after checking its status
-    and that the length fits ``max_size``."""
-    status = getattr(response, "status", 200)
-    if status != 200:
-        raise FetchError(f"HTTP status {status}", "Check the URL and try again later.")
-    expected = response.headers.get("Content-Length")
-    expected = int(expected) if expected is not None else None
-    if expected is not None and expected > max_size:
+    and that the length is a number that fits ``max_size``."""
+    if response.status_code != 200:
+        raise FetchError(
+            f"HTTP status {response.status_code} ({response.reason})",
+            "Check the URL, or try again later.",
+        )
+    announced = response.headers.get("Content-Length")
+    if announced is None:
+        return None
+    # urllib3 silently ignores a Content-Length that is not a number: it is named here
+    if not (announced.strip().isascii() and announced.strip().isdigit()):
+        raise FetchError(
+            f"the server sent an invalid Content-Length ({announced!r}), not a size in "
+            "bytes",
+            "The server is at fault; try again later, or tell the site's owner.",
+        )
+    expected = int(announced)
+    if expected > max_size:
         raise _too_large(f"the server announces {format_size(expected)}", max_size)
     return expected
 
 
 def _stream(
-    response,
+    response: requests.Response,
     target: Path,
     transfer: _Transfer,
     expected: int | None,
     max_size: int,
+    end: float,
 ) -> None:
-    """Copy the response's body into ``target`` with a progress bar, stopping at a stall
-    or past ``max_size``."""
+    """Copy the response's body into ``target`` with a progress bar, stopping at a stall,
+    at the deadline ``end`` or past ``max_size``. urllib3 stops a body shorter than its
+    Content-Length (IncompleteRead)."""
     with (
         open(target, "wb") as f,
         tqdm(total=expected, unit="B", unit_scale=True, desc=target.name[:30]) as bar,
     ):
-        while chunk := response.read1(_CHUNK):
+        # read1, not iter_content: that waits for a whole chunk, hiding a trickle
+        while chunk := response.raw.read1(_CHUNK):
             if transfer.add(len(chunk)):
                 raise _stalled(transfer.limits, transfer.received)
+            if time.monotonic() >= end:
+                raise _missed_deadline(transfer.limits, transfer.received)
             if transfer.received > max_size:
                 raise _too_large(
                     f"it sends more than {format_size(max_size)}", max_size
@@ -306,30 +261,51 @@ def _stream(
             bar.update(len(chunk))
 
 
+def _innermost(error: BaseException) -> BaseException:
+    """The exception that requests and urllib3 wrapped (a MaxRetryError's reason, a
+    ProtocolError's argument, the cause of a ``raise ... from``)."""
+    for _ in range(10):  # a few layers at most; never a cycle
+        inner = getattr(error, "reason", None)
+        if not isinstance(inner, BaseException):
+            inner = next((a for a in error.args if isinstance(a, BaseException)), None)
+        inner = inner or error.__cause__
+        if inner is None:
+            break
+        error = inner
+    return error
+
+
 def _transfer_error(
-    e: Exception, limits: Limits, received: int, end: float
-) -> FetchError | None:
-    """The FetchError that explains ``e``, raised while fetching; None for an
-    error of the disk, which is raised as it is."""
-    if isinstance(e, urllib.error.HTTPError):
-        return FetchError(f"HTTP status {e.code} ({e.reason})", "Check the URL.")
-    if isinstance(e, ValueError):  # urllib's "unknown url type", a malformed address
-        return FetchError(f"this is not a URL ({e})", "Pass an http(s):// address.")
-    if isinstance(e, OSError) and (e.filename is not None or e.errno in _DISK_ERRNOS):
-        return None
+    e: requests.RequestException | urllib3.exceptions.HTTPError,
+    limits: Limits,
+    received: int,
+    end: float,
+) -> FetchError:
+    """The FetchError that explains ``e``, a network error raised while fetching."""
+    inner = _innermost(e)
     if time.monotonic() >= end:
+        return _missed_deadline(limits, received)
+    if isinstance(e, requests.TooManyRedirects):
         return FetchError(
-            f"it did not finish within its deadline of {limits.deadline:g} s "
-            f"({format_size(received)} received)",
-            "The server is too slow or stalled; try again later, or pass a longer "
-            "deadline=.",
+            f"it redirects more than {_MAX_REDIRECTS} times", "Check the URL."
         )
-    if isinstance(e, http.client.HTTPException):  # IncompleteRead, a bad response
+    if isinstance(e, requests.exceptions.InvalidHeader):
         return FetchError(
-            f"the connection broke off mid-transfer ({type(e).__name__})",
+            f"the server sent an invalid header ({inner})",
+            "The server is at fault; try again later, or tell the site's owner.",
+        )
+    if isinstance(e, ValueError):  # requests' InvalidURL: a malformed address
+        return FetchError(f"this is not a URL ({inner})", "Pass an http(s):// address.")
+    broken = (
+        requests.exceptions.ChunkedEncodingError,
+        urllib3.exceptions.ProtocolError,
+    )
+    if isinstance(e, broken):  # raised while reading the body
+        return FetchError(
+            f"the connection broke off mid-transfer ({type(inner).__name__})",
             "The download was interrupted; run it again.",
         )
     return FetchError(
-        f"network error ({getattr(e, 'reason', e)})",
+        f"network error ({getattr(inner, 'strerror', None) or inner})",
         "Check your connection and retry.",
     )

@@ -4,9 +4,11 @@ Images are read as they are: upright as their EXIF orientation says, 16-bit and 
 images scaled to 8 bits by the range of their data, class folders walked without counting
 a folder twice (a symbolic link loop is refused) or opening what is not a regular file (a
 FIFO named ``x.png`` is skipped with a warning), one file under two classes or in both
-splits refused, and :func:`verify_images` opens every image once before training, so a
-corrupt file or a decompression bomb is named before the first epoch, not in the middle
-of one.
+splits refused, and :func:`verify_images` decodes every image once before training, so a
+corrupt or truncated file (of any format) or one of more pixels than Pillow's
+``MAX_IMAGE_PIXELS`` is named before the first epoch, not in the middle of one. Paths in
+messages are shown with :func:`~vitbook.data.files.shown`, so a name that is not UTF-8
+prints.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageOps
 from torchvision import datasets
+
+from vitbook.data.files import shown
 
 __all__ = [
     "ImageDecodeError",
@@ -90,16 +94,21 @@ def load_rgb(path: str | Path) -> Image.Image:
     it), 16-bit and float ones scaled to 8 bits by their range; or raise an error that
     names the file and what to do. Only regular files are opened (never a FIFO)."""
     if not Path(path).is_file():
-        raise FileNotFoundError(f"No image file at {path}. Check the path.")
+        raise FileNotFoundError(f"No image file at {shown(path)}. Check the path.")
     try:
         with Image.open(path) as image:
-            upright = ImageOps.exif_transpose(image)  # a copy, without the TIFF tags
-            return _to_8_bits(upright, _stated_maximum(image)).convert("RGB")
+            return _as_rgb(image)
     except Exception as error:  # Pillow raises OSError, SyntaxError, ValueError, ...
         raise ImageDecodeError(
-            f"Cannot decode image {path}: {_describe(error)}. Delete or replace this file "
-            "and try again."
+            f"Cannot decode image {shown(path)}: {_describe(error)}. Delete or replace "
+            "this file and try again."
         ) from error
+
+
+def _as_rgb(image: Image.Image) -> Image.Image:
+    """An opened image decoded as :func:`load_rgb` gives it."""
+    upright = ImageOps.exif_transpose(image)  # a copy, without the TIFF tags
+    return _to_8_bits(upright, _stated_maximum(image)).convert("RGB")
 
 
 def _describe(error: Exception) -> str:
@@ -108,35 +117,58 @@ def _describe(error: Exception) -> str:
     return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
 
 
-def _image_problem(path: str) -> str | None:
-    """Why the image at ``path`` cannot be read, or None when it can.
+def _too_many_pixels(image: Image.Image) -> str | None:
+    """Why ``image`` is too large to train on (more pixels than Pillow's
+    ``MAX_IMAGE_PIXELS``, where Pillow warns of a decompression bomb), or None."""
+    limit, pixels = Image.MAX_IMAGE_PIXELS, image.width * image.height
+    if limit is None or pixels <= limit:
+        return None
+    return (
+        f"{image.width}x{image.height} pixels ({pixels / 1e6:.0f} megapixels, about "
+        f"{3 * pixels / 2**20:.0f} MB each time it is decoded), above the "
+        f"{limit / 1e6:.0f}-megapixel limit. Shrink it (e.g. mogrify -resize "
+        "4096x4096 FILE, or Pillow's Image.thumbnail): training resizes every image "
+        "to the model's input size anyway"
+    )
 
-    Cheap: the header, the size against Pillow's decompression-bomb limit and Pillow's
-    ``verify()`` (for PNG, every chunk's checksum); a JPEG, whose ``verify()`` checks
-    nothing, is decoded at 1/8 scale, which still reads all of its data (a truncated JPEG
-    is the usual corrupt file).
+
+def _image_problem(path: str) -> str | None:
+    """Why the image at ``path`` cannot be trained on, or None when it can.
+
+    Its size is checked from the header (:func:`_too_many_pixels`), then it is decoded
+    in full, as training decodes it: Pillow's ``verify()`` (for PNG, every chunk's
+    checksum), then :func:`load_rgb`'s decoding, which reads every byte of any format (a
+    truncated BMP, TIFF, GIF or PPM passes ``verify()``); a JPEG is decoded at 1/8
+    scale, which still reads all of its data.
     """
     try:
-        with Image.open(path) as image:
-            if image.format == "JPEG":
-                image.draft(image.mode, (1, 1))
-                image.load()
-            else:
+        with warnings.catch_warnings():  # a too large image is refused, not warned of
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            with Image.open(path) as image:
+                if (too_large := _too_many_pixels(image)) is not None:
+                    return too_large
+                if image.format == "JPEG":
+                    image.draft(image.mode, (1, 1))
+                    image.load()
+                    return None
                 image.verify()
+            with Image.open(path) as image:  # verify() leaves an image unusable
+                _as_rgb(image)
     except Exception as error:
         return _describe(error)
     return None
 
 
 def verify_images(paths: Iterable[str | Path]) -> None:
-    """Open every image in ``paths`` once; raise :class:`ImageDecodeError` listing all the
-    files that cannot be read (corrupt, truncated, not an image, or a decompression bomb).
+    """Decode every image in ``paths`` once; raise :class:`ImageDecodeError` listing all
+    the files that cannot be trained on (corrupt, truncated, not an image, or of too
+    many pixels: :func:`_image_problem`).
 
-    About a millisecond per image: run it before training, so a bad file is found before
-    the first epoch rather than after hours of it.
+    About a millisecond per small image: run it before training, so a bad file is found
+    before the first epoch rather than after hours of it.
     """
     bad = [
-        f"{path}: {problem}"
+        f"{shown(path)}: {problem}"
         for path in dict.fromkeys(map(str, paths))  # each file once, in order
         if (problem := _image_problem(path)) is not None
     ]
@@ -184,9 +216,10 @@ def _walk_once(
         key = (status.st_dev, status.st_ino)
         if key in seen:
             raise ValueError(
-                f"{dirpath} leads to a folder already read as {seen[key]} (a symbolic link "
-                "loop, or a second link to the same folder), so its images would be counted "
-                "again. Remove the link or replace it with a copy."
+                f"{shown(dirpath)} leads to a folder already read as "
+                f"{shown(seen[key])} (a symbolic link loop, or a second link to the "
+                "same folder), so its images would be counted again. Remove the link "
+                "or replace it with a copy."
             )
         seen[key] = dirpath
         dirnames[:] = [name for name in dirnames if not name.startswith(".")]
@@ -259,16 +292,17 @@ class VisibleImageFolder(datasets.ImageFolder):
                 ("folders", "hold") if len(empty) > 1 else ("folder", "holds")
             )
             raise FileNotFoundError(
-                f"Class {folders} {', '.join(empty)}{split} {verb} no images (files "
-                f"ending in {', '.join(datasets.folder.IMG_EXTENSIONS)}). Add images, or "
-                "remove the class from both train/ and test/."
+                f"Class {folders} {', '.join(map(shown, empty))}{split} {verb} no "
+                "images (files ending in "
+                f"{', '.join(datasets.folder.IMG_EXTENSIONS)}). Add images, or remove "
+                "the class from both train/ and test/."
             )
         if odd:
             warnings.warn(
                 _listing(
                     f"Skipped {len(odd)} entries named like images that "
                     "are not regular files (a FIFO, socket, device or broken link)",
-                    odd,
+                    [shown(path) for path in odd],
                 ),
                 stacklevel=2,
             )
@@ -317,7 +351,7 @@ def _check_one_label_per_file(
                 f"{len(clashes)} file(s){where} sit under two classes at once (links to "
                 "one file), so their label is ambiguous. Remove the links or copy the "
                 "files into one class",
-                [" = ".join(path for path, _ in group) for group in clashes],
+                [" = ".join(shown(path) for path, _ in group) for group in clashes],
             )
         )
     if repeated:
@@ -325,7 +359,7 @@ def _check_one_label_per_file(
             _listing(
                 f"{len(repeated)} file(s){where} are counted more than once (links to "
                 "one file in the same class)",
-                [" = ".join(path for path, _ in group) for group in repeated],
+                [" = ".join(shown(path) for path, _ in group) for group in repeated],
             ),
             stacklevel=3,
         )
@@ -338,7 +372,7 @@ def _check_test_apart(
     a test folder inside the training folder): the test score would be inflated."""
     train_ids = _file_ids(train)
     shared = [
-        f"{path} = {train_ids[key][0][0]}"
+        f"{shown(path)} = {shown(train_ids[key][0][0])}"
         for key, group in _file_ids(test).items()
         if key in train_ids
         for path, _ in group

@@ -22,11 +22,9 @@ __all__ = [
 
 _state = {"offline": False, "fixtures": False, "stand_ins": True}
 
-# How error messages name this switch (the book sets it from its BOOK_OFFLINE variable).
-OFFLINE = (
-    "offline (vitbook.data.network.set_offline(True); the book sets it from "
-    "BOOK_OFFLINE=1)"
-)
+# How error messages name this switch, set by the book's settings, the CLI's --offline or
+# a reader's own call.
+OFFLINE = "offline (vitbook.data.network.set_offline(True))"
 
 
 def set_offline(offline: bool) -> None:

@@ -228,11 +228,12 @@ def text_dataloaders(
 
 
 class WithPaddingMask(nn.Module):
-    """Wrap a ``model(ids, mask, **kwargs)`` so that it can be called as ``model(ids)``.
+    """Wrap a ``model(ids, mask, **kwargs)`` so that it can be called as ``model(ids)``,
+    and its ``pool_weights(ids, mask)`` as ``pool_weights(ids)``.
 
     The mask is ``ids != pad_id``: True for real words. This is exact for ids made by
     :func:`encode` or :func:`collate_padded`, where ``<pad>`` appears only as right padding.
-    Keyword arguments (e.g. ``return_pool_weights=True``) pass through.
+    Keyword arguments pass through.
     """
 
     def __init__(self, model: nn.Module, pad_id: int = PAD_ID):
@@ -243,6 +244,10 @@ class WithPaddingMask(nn.Module):
     def forward(self, ids: torch.Tensor, **kwargs: Any) -> Any:
         """``model(ids, ids != pad_id, **kwargs)``."""
         return self.model(ids, ids != self.pad_id, **kwargs)
+
+    def pool_weights(self, ids: torch.Tensor) -> torch.Tensor:
+        """``model.pool_weights(ids, ids != pad_id)``: SeqPool's (B, N) weights."""
+        return self.model.pool_weights(ids, ids != self.pad_id)
 
 
 # Texts and labels of a dataset ---------------------------------------------------------------

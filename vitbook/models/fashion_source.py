@@ -29,7 +29,7 @@ __all__ = [
     "source_vit",
 ]
 
-#: vit_tiny at 28 px as section 3.1's hybrid: a 64-channel convolutional stem, then 4-pixel
+#: vit_4_16 at 28 px as section 3.1's hybrid: a 64-channel convolutional stem, then 4-pixel
 #: patches (49 tokens and a class token), D = 128, 4 heads, MLP 256.
 SOURCE_VIT_CONFIG: dict[str, Any] = dict(
     img_size=28,
@@ -46,7 +46,7 @@ WEIGHTS_FILE = WEIGHTS_DIR / "ch07_fashion_source_vit.pt"
 
 def source_vit(num_classes: int) -> nn.Module:
     """The chapter's small ViT (:data:`SOURCE_VIT_CONFIG`) with ``num_classes`` outputs."""
-    return build_model("vit_tiny", num_classes=num_classes, **SOURCE_VIT_CONFIG)
+    return build_model("vit_4_16", num_classes=num_classes, **SOURCE_VIT_CONFIG)
 
 
 def file_sha256(path: str | Path) -> str:

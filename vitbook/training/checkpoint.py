@@ -9,7 +9,9 @@ state has ``state_dict()`` and ``load_state_dict()``); the epoch, the results so
 seconds of time budget spent, and the training's config (:func:`training_config`).
 Resuming restores all of them (:class:`TrainingState`), so on a CPU the run goes on exactly
 as if it had never stopped. A checkpoint of another model or recipe is refused, naming what
-differs (:class:`CheckpointMismatchError`).
+differs (:class:`CheckpointMismatchError`); so is one of another run, when the caller
+gives the run's identity (the command line: its run id and options, the seed among
+them).
 
 Every file written by :func:`write_verified` (the training checkpoint, and the models
 :func:`going_modular.utils.save_model` saves) carries the SHA-256 of its contents, checked
@@ -42,6 +44,7 @@ __all__ = [
     "TrainingState",
     "config_mismatches",
     "content_sha256",
+    "identity_mismatches",
     "is_verified",
     "load_verified",
     "read_checkpoint",
@@ -193,10 +196,13 @@ def training_config(
     optimizer: torch.optim.Optimizer,
     scheduler: torch.optim.lr_scheduler.LRScheduler | None,
     world_size: int = 1,
+    identity: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """What a checkpoint must match to be resumed: the run's length, the recipe's settings,
-    the number of processes, the optimiser's and scheduler's kinds and every weight's shape."""
-    return {
+    the number of processes, the optimiser's and scheduler's kinds and every weight's
+    shape; with ``identity`` (plain values naming the run, e.g. its id and seed), that
+    too, under ``"run"``."""
+    config = {
         "epochs": epochs,
         "steps": recipe.steps,
         "max_steps_per_epoch": recipe.max_steps_per_epoch,
@@ -210,6 +216,9 @@ def training_config(
         "world_size": world_size,
         "weights": {k: list(v.shape) for k, v in _module(model).state_dict().items()},
     }
+    if identity is not None:
+        config["run"] = dict(identity)
+    return config
 
 
 def read_checkpoint(checkpoint_dir: str | Path) -> dict[str, Any] | None:
@@ -279,13 +288,15 @@ def save_checkpoint(checkpoint_dir: Path, epoch: int, state: dict[str, Any]) -> 
 
 def config_mismatches(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
     """What differs between two configs (:func:`training_config`), one phrase each; the
-    weights' shapes in one phrase (another model). Keys missing from ``current`` are not
-    compared."""
+    weights' shapes in one phrase (another model); the run's identity field by field
+    (:func:`identity_mismatches`). Keys missing from ``current`` are not compared."""
     problems = [
         f"{key}={saved.get(key)!r} there but {value!r} here"
         for key, value in current.items()
-        if key != "weights" and saved.get(key) != value
+        if key not in ("weights", "run") and saved.get(key) != value
     ]
+    if "run" in current:
+        problems += identity_mismatches(saved.get("run"), current["run"])
     weights, ours = saved.get("weights", {}), current.get("weights", {})
     differ = [
         f"{k}: {weights.get(k, 'missing')} there but {ours.get(k, 'missing')} here"
@@ -297,6 +308,22 @@ def config_mismatches(saved: dict[str, Any], current: dict[str, Any]) -> list[st
             f"another model ({len(differ)} weight(s) differ, e.g. {differ[0]})"
         )
     return problems
+
+
+def identity_mismatches(
+    saved: dict[str, Any] | None, current: dict[str, Any]
+) -> list[str]:
+    """What differs between the run identity a checkpoint holds (``saved``) and the
+    ``current`` one, one phrase per field, the run id first; nothing for a checkpoint
+    written before checkpoints held one (``saved`` None)."""
+    if saved is None:
+        return []
+    keys = sorted(set(saved) | set(current), key=lambda key: (key != "run_id", key))
+    return [
+        f"{key}={saved.get(key)!r} there but {current.get(key)!r} here"
+        for key in keys
+        if saved.get(key) != current.get(key)
+    ]
 
 
 def _check_matches(saved: dict[str, Any], current: dict[str, Any], path: Path) -> None:

@@ -86,7 +86,7 @@ def train_for_budget(
         stamps.append(time.perf_counter() - start)
         return False  # never stop early: the plan's time budget does
 
-    with plan.options.attention():
+    with plan.options.attention(model):
         results = fit(
             model,
             train_loader,

@@ -236,6 +236,7 @@ class _Run(_Added):
     def __init__(
         self, model, train_data, test_data, recipe: Recipe, device, ctx, progress,
         checkpoint_dir: Path | None, callbacks: Sequence[Callback],
+        identity: dict | None = None,
     ):  # fmt: skip
         super().__init__(ctx)
         if ctx is not None:
@@ -257,7 +258,7 @@ class _Run(_Added):
         self.scaler = _scaler(self.device, recipe, deferred)
         world = 1 if ctx is None else ctx.world_size
         config = training_config(
-            model, recipe, self.epochs, self.optimizer, self.scheduler, world
+            model, recipe, self.epochs, self.optimizer, self.scheduler, world, identity
         )
         self.state = TrainingState(
             model, self.optimizer, self.scheduler, self.scaler, config,
@@ -433,6 +434,7 @@ def fit(
     checkpoint_dir: str | Path | None = None,
     progress: bool = True,
     distributed: Distributed | None = None,
+    identity: dict | None = None,
 ) -> dict[str, list[float]]:
     """Train ``model`` on ``train_data`` with ``recipe``, testing on ``test_data`` after
     each epoch; return the per-epoch history (:data:`RESULT_KEYS`).
@@ -445,12 +447,14 @@ def fit(
     resumable, ``recipe.time_budget`` stops it early, ``distributed`` trains on several
     processes; a diverging loss raises
     :class:`~vitbook.training.divergence.TrainingDiverged` (see the module).
+    ``identity`` (plain values naming the run, e.g. its id and seed) is saved in each
+    checkpoint, and a checkpoint of another identity is not resumed.
     """
     _check_loaders(train_data, test_data)
     checkpoint_dir = None if checkpoint_dir is None else Path(checkpoint_dir)
     run = _Run(
         model, train_data, test_data, recipe, device, distributed, progress,
-        checkpoint_dir, callbacks,
+        checkpoint_dir, callbacks, identity,
     )  # fmt: skip
     tests = None
     if test_data is not None:

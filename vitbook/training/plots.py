@@ -13,12 +13,13 @@ TWO_PANELS = (8.2, 3.6)
 def _finish(
     fig: plt.Figure, axes: tuple[plt.Axes, ...], title: str | None
 ) -> plt.Figure:
-    """Grid and legend on every panel, the title above them, and a tight layout."""
+    """Grid and legend on every panel, the title above them (shown literally: a ``$`` in a
+    folder or run name is not maths), and a tight layout."""
     for ax in axes:
         ax.grid(alpha=0.3)
         ax.legend()
     if title:
-        fig.suptitle(title)
+        fig.suptitle(title.replace("$", r"\$"))
     fig.tight_layout()
     return fig
 

@@ -2,8 +2,9 @@
 
 Each training run of the CLI gets its own new folder ``<output-dir>/<timestamp>-<id>/`` (as
 MLflow and Lightning version their runs); nothing a later run does deletes or moves it. A
-lock file (``<output-dir>/.going_modular-train.lock``, a name no user's file has) refuses a
-second run into the same folder while one is running, and ``<output-dir>/latest`` points to
+lock file (``<output-dir>/.going_modular-train.lock``, a name no user's file has, never
+opened through a symbolic link) refuses a second run into the same folder while one is
+running, and ``<output-dir>/latest`` points to
 the newest run that saved a model (a symlink, or a text file holding the run's name where
 symlinks are not possible).
 
@@ -19,7 +20,8 @@ are written (:func:`signals_held`) and once its last epoch is done.
 
 :class:`Run` is one run's folder as the CLI fills it: the record (id, status, options), the
 model saved with its results, the optional steps after a save (the curves, MLflow, the
-``latest`` pointer; each failure only a warning), and what is kept when a run stops early.
+``latest`` pointer; each failure only a warning), and what is kept when a run stops
+early: never fewer finished epochs than its ``results.json`` already holds.
 """
 
 from __future__ import annotations
@@ -29,13 +31,14 @@ import errno
 import json
 import os
 import signal
+import stat
 import sys
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import matplotlib.pyplot as plt
 from torch import nn
@@ -43,6 +46,7 @@ from torch import nn
 from vitbook.data.files import (
     atomic_write,
     sha256_of,
+    shown,
     temporary_prefix,
     write_json,
 )
@@ -61,11 +65,13 @@ __all__ = [
     "MODEL",
     "RESULTS",
     "STOP_SIGNALS",
+    "Kept",
     "OutputLock",
     "Run",
     "RunLockedError",
     "StopSignal",
     "StopSignals",
+    "UnsafeLockError",
     "check_path_length",
     "describe_error",
     "exit_code",
@@ -98,6 +104,11 @@ _LONGEST_INSIDE = len(
 
 class RunLockedError(RuntimeError):
     """Another process is writing a run into the same output folder."""
+
+
+class UnsafeLockError(RuntimeError):
+    """The lock file's place holds a symbolic link, a second link to a file, or
+    something other than a regular file: it is not opened (it could be anyone's)."""
 
 
 class StopSignal(KeyboardInterrupt):
@@ -295,11 +306,49 @@ class OutputLock:
         self.locked = False
         self.took_over: int | None = None
 
-    def _holder(self) -> int | None:
+    def _holder(self, fd: int) -> int | None:
+        """The process id the open lock file names, if any."""
         try:
-            return int(self.path.read_text().split()[0])
+            return int(os.pread(fd, 64, 0).split()[0])
         except (OSError, ValueError, IndexError):
             return None
+
+    def _refuse(self, what: str) -> UnsafeLockError:
+        """The error for a lock file's place that holds ``what``."""
+        return UnsafeLockError(
+            f"{self.path} is {what}, not this program's lock file; it was left as it "
+            "is. Remove it and try again, or choose another output folder"
+        )
+
+    def _open(self) -> int:
+        """The lock file, created if need be, opened without following a symbolic link
+        (which could make it truncate any file); :class:`UnsafeLockError` if its place
+        holds a link or anything but a regular file of one name."""
+        try:
+            before = os.lstat(self.path)
+        except FileNotFoundError:
+            before = None
+        if before is not None and stat.S_ISLNK(before.st_mode):
+            raise self._refuse(f"a symbolic link (to {shown(os.readlink(self.path))})")
+        if before is not None and not stat.S_ISREG(before.st_mode):
+            raise self._refuse("not a regular file")
+        flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY
+        try:
+            fd = os.open(self.path, flags, 0o644)
+        except OSError as error:
+            if error.errno == errno.ELOOP:  # a link put there since the lstat
+                raise self._refuse("a symbolic link") from None
+            raise
+        opened = os.fstat(fd)
+        # no link at all is a file its last holder removed meanwhile: tried again below
+        if not stat.S_ISREG(opened.st_mode) or opened.st_nlink > 1:
+            os.close(fd)
+            raise self._refuse(
+                "a second name of another file (a hard link)"
+                if stat.S_ISREG(opened.st_mode)
+                else "not a regular file"
+            )
+        return fd
 
     def _unlockable(self) -> OutputLock:
         print(
@@ -311,13 +360,14 @@ class OutputLock:
 
     def acquire(self) -> OutputLock:
         """Take the lock, or raise :class:`RunLockedError`; say when it was taken over
-        or cannot be taken here."""
+        or cannot be taken here. A lock file that is a link or not a regular file is
+        never opened (:class:`UnsafeLockError`)."""
         if fcntl is None:
             return self._unlockable()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         while True:
-            before = self._holder()
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = self._open()
+            before = self._holder(fd)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -332,7 +382,7 @@ class OutputLock:
                 os.close(fd)
                 return self._unlockable()
             try:
-                same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
+                same = os.fstat(fd).st_ino == os.lstat(self.path).st_ino
             except FileNotFoundError:
                 same = False
             if same:  # not a file that its last holder removed while we opened it
@@ -387,6 +437,16 @@ def describe_error(error: BaseException) -> str:
     return str(error)
 
 
+class Kept(NamedTuple):
+    """What :meth:`Run.keep_stopped` kept of a stopped run: its ``record`` as saved, a
+    ``sentence`` saying what was kept, and whether they come ``from_checkpoint`` (else
+    from results.json, the checkpoint being damaged, missing or behind it)."""
+
+    record: dict
+    sentence: str
+    from_checkpoint: bool
+
+
 class Run:
     """One run's folder: its record (id, model, data, options, status), its model and the
     class names, saved together as ``model.pth`` and ``results.json``."""
@@ -396,7 +456,7 @@ class Run:
         self.img_size = img_size
         self.class_names: list[str] | None = None  # known once the data is prepared
         self.extra = {"img_size": img_size, "dataset": record["data"]}
-        self.title = f"{record['model']} on {record['data']}"
+        self.title = f"{record['model']} on {shown(record['data'])}"
 
     def write_results(self, record: dict, results: dict) -> None:
         """Write ``results.json`` alone (no model yet, or none to save)."""
@@ -439,22 +499,60 @@ class Run:
         finally:
             plt.close(figure)
 
-    def keep_stopped(self, error: BaseException) -> tuple[dict, str]:
+    def _saved_record(self) -> dict:
+        """``results.json`` as it is now, or {} when it cannot be read."""
+        try:
+            saved = json.loads((self.dir / RESULTS).read_text())
+        except (OSError, ValueError):
+            return {}
+        return saved if isinstance(saved, dict) else {}
+
+    def _keep_saved(self, saved: dict, stop: dict, why: str) -> Kept:
+        """Mark ``saved`` (results.json, the last good record) with the ``stop``'s
+        status, its results left as they are: the checkpoint (``why``) has fewer
+        epochs."""
+        record = {"epochs_completed": 0} | saved | stop
+        problem = None
+        if saved:  # an unreadable results.json is left alone too
+            with signals_held():
+                try:
+                    write_json(self.dir / RESULTS, record)
+                except OSError as error:
+                    problem = error.strerror or str(error)
+        marked = (
+            f"marked {stop['status']}"
+            if problem is None
+            else f"marking it {stop['status']} failed ({problem})"
+        )
+        sentence = (
+            f"{self.dir / CHECKPOINT_NAME} {why}, so what was trained since "
+            f"{RESULTS} was last saved is lost; {self.dir / RESULTS} keeps the last "
+            f"good record ({record['epochs_completed']} epoch(s)), {marked}. Put "
+            f"back a good copy of {CHECKPOINT_NAME} to continue, or start a new run"
+        )
+        return Kept(record, sentence, from_checkpoint=False)
+
+    def keep_stopped(self, error: BaseException) -> Kept:
         """Save the epochs completed before ``error`` stopped the run (from the engine's
         checkpoint) and mark the run interrupted (a KeyboardInterrupt) or failed; return
-        its record and a sentence saying what was kept."""
+        what was kept. Finished epochs are never lost to a checkpoint that is damaged,
+        missing or older than ``results.json``: that record is then kept as it is, only
+        its status changed."""
         interrupted = isinstance(error, KeyboardInterrupt)
+        stop = {"status": "interrupted" if interrupted else "failed"}
+        if not interrupted:
+            stop["error"] = describe_error(error)
+        last = self._saved_record()
         try:
             checkpoint = read_checkpoint(self.dir)
         except ValueError:
-            checkpoint = None
+            return self._keep_saved(last, stop, "is damaged (it cannot be read)")
         epochs = checkpoint["epoch"] if checkpoint is not None else 0
-        record = self.record | {
-            "status": "interrupted" if interrupted else "failed",
-            "epochs_completed": epochs,
-        }
-        if not interrupted:
-            record["error"] = describe_error(error)
+        recorded = last.get("epochs_completed", 0)
+        if isinstance(recorded, int) and epochs < recorded:
+            why = f"holds {epochs} epoch(s)" if epochs else "is missing"
+            return self._keep_saved(last, stop, why)
+        record = self.record | stop | {"epochs_completed": epochs}
         problem, saved = None, False
         results = checkpoint["results"] if checkpoint is not None else {}
         with signals_held():
@@ -491,4 +589,4 @@ class Run:
                 f"{self.dir / CHECKPOINT_NAME}, but saving model.pth failed too "
                 f"({problem})"
             )
-        return record, kept
+        return Kept(record, kept, from_checkpoint=True)

@@ -103,7 +103,7 @@ def pretrain_source_backbone(
         max_steps_per_epoch=max_steps_per_epoch,
         amp=options.amp,
     )
-    with options.attention():
+    with options.attention(model):
         results = fit(
             model,
             train,

@@ -2,14 +2,14 @@
 
     options, rates = fastest_step(model, images, labels)
     steps = steps_for_budget(110, rates[options], batch_size=256)
-    with options.attention():
+    with options.attention(model):
         fit(model, train, test, Recipe(..., amp=options.amp, steps=steps))
 
 or, the same planned for a budget that counts everything (measuring, training, testing):
 
     plan = plan_for_budget(model, train, 150, Recipe(lr=2e-3, ...), tests=3,
                            test_images=10_000)
-    with plan.options.attention():
+    with plan.options.attention(model):
         fit(model, train, test, plan.recipe)
 
 Whether bfloat16 autocast helps, and whether ``F.scaled_dot_product_attention`` is faster with
@@ -67,11 +67,11 @@ class StepOptions:
             )
 
     @contextlib.contextmanager
-    def attention(self) -> Iterator[None]:
-        """The attention kernel for the ``with`` block (SDPA's default one unless
-        ``math_attention`` or ``explicit_attention``); wrap the training call in it."""
+    def attention(self, model: nn.Module) -> Iterator[None]:
+        """The attention kernel of ``model`` for the ``with`` block (SDPA's default one
+        unless ``math_attention`` or ``explicit_attention``); wrap the training call in it."""
         if self.explicit_attention:
-            with explicit_attention():
+            with explicit_attention(model):
                 yield
         elif self.math_attention:
             with sdpa_kernel(SDPBackend.MATH):
@@ -128,7 +128,7 @@ def fastest_step(
     timed = list(candidates)
     for repeat in range(repeats):
         for options in timed if repeat % 2 == 0 else timed[::-1]:
-            with options.attention():
+            with options.attention(trial):
                 rate = images_per_second(
                     trial, images, labels, steps=steps, amp=options.amp
                 )
