@@ -26,6 +26,8 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
+from going_modular.utils import check_device
+
 __all__ = ["COURSE_KEYS", "Hooks", "autocast", "test_step", "train", "train_step"]
 
 #: What :func:`train` returns, one value per epoch (hooks may add more).
@@ -101,9 +103,7 @@ def _explained(X: torch.Tensor, y: torch.Tensor):
 def _check_parts(model: nn.Module, optimizer: torch.optim.Optimizer, device) -> None:
     """Refuse, before any work, a device that is not there or an optimiser built over
     another model's parameters."""
-    kind = torch.device(device).type
-    if kind == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device={device!r}, but there is no CUDA GPU: use 'cpu'.")
+    check_device(device)
     ours = {id(p) for p in model.parameters()}
     if not any(id(p) in ours for g in optimizer.param_groups for p in g["params"]):
         raise ValueError(
@@ -141,6 +141,7 @@ def train_step(
     hooks: Hooks | None = None,
 ) -> tuple[float, float]:
     """Train ``model`` for one pass over ``dataloader``; return ``(train_loss, train_acc)``."""
+    _check_parts(model, optimizer, device)
     hooks = hooks or Hooks()
     model.train()
     loss_sum, correct, seen = 0.0, 0.0, 0  # kept on the device until the end
@@ -224,6 +225,12 @@ def train(
     is False, and returns ``{"train_loss": [...], "train_acc": [...], "test_loss": [...],
     "test_acc": [...]}``.
     """
+    if train_dataloader is None:
+        raise ValueError("train_dataloader is None: pass the training DataLoader.")
+    if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
+        raise ValueError(
+            f"epochs must be a whole number of at least 1, got {epochs!r}."
+        )
     _check_parts(model, optimizer, device)
     hooks = hooks or Hooks()
     keys = COURSE_KEYS if test_dataloader is not None else COURSE_KEYS[:2]

@@ -14,6 +14,8 @@ from torch import nn
 from torch.utils.data import Dataset
 from torchvision import transforms
 
+from going_modular.utils import check_device
+
 __all__ = [
     "load_rgb",
     "plot_prediction_grid",
@@ -58,10 +60,19 @@ def predict_image(
     device: torch.device | str = "cpu",
 ) -> tuple[str, float]:
     """Return the predicted class name and its probability for the image at ``image_path``."""
-    image = load_rgb(image_path)
+    device = check_device(device)
+    batch = transform(load_rgb(image_path)).unsqueeze(0)
     model.to(device).eval()
     with torch.inference_mode():
-        probs = torch.softmax(model(transform(image).unsqueeze(0).to(device)), dim=1)[0]
+        try:
+            logits = model(batch.to(device))
+        except RuntimeError as error:
+            raise RuntimeError(
+                f"{error}\n(The image became a tensor of shape {tuple(batch.shape[1:])}: "
+                "check image_size or the transform against the image size and channels "
+                "the model was built for.)"
+            ) from error
+    probs = torch.softmax(logits, dim=1)[0]
     if len(probs) != len(class_names):
         raise ValueError(
             f"The model gives {len(probs)} class scores but {len(class_names)} class names "

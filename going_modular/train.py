@@ -13,6 +13,8 @@ line, with its recipes, run folders, resuming and several processes, is
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
 import torch
 from torchvision import transforms
@@ -43,28 +45,40 @@ def main(argv: list[str] | None = None) -> dict[str, list[float]]:
     if not args.learning_rate > 0:
         parser.error("--learning-rate must be positive")
 
+    model_dir = Path(args.model_dir)
+    try:  # before training, so that the trained weights have somewhere to go
+        model_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        parser.error(f"--model-dir {model_dir}: {error.strerror or error}")
+
     utils.set_seeds(args.seed)
     device = utils.get_device()
     transform = transforms.Compose(
         [transforms.Resize((args.img_size, args.img_size)), transforms.ToTensor()]
     )
-    train_dataloader, test_dataloader, class_names = data_setup.create_dataloaders(
-        args.train_dir, args.test_dir, transform, args.batch_size
-    )
+    try:
+        train_dataloader, test_dataloader, class_names = data_setup.create_dataloaders(
+            args.train_dir, args.test_dir, transform, args.batch_size
+        )
+    except (OSError, ValueError) as error:
+        parser.error(str(error))
     options = {"num_classes": len(class_names), "img_size": args.img_size}
     if args.model == "tinyvgg":
         options["hidden_units"] = args.hidden_units
     model = model_builder.build_model(args.model, **options).to(device)
-    results = engine.train(
-        model=model,
-        train_dataloader=train_dataloader,
-        test_dataloader=test_dataloader,
-        optimizer=torch.optim.Adam(model.parameters(), lr=args.learning_rate),
-        loss_fn=torch.nn.CrossEntropyLoss(),
-        epochs=args.epochs,
-        device=device,
-    )
-    utils.save_model(model, args.model_dir, f"{args.model}.pth")
+    try:
+        results = engine.train(
+            model=model,
+            train_dataloader=train_dataloader,
+            test_dataloader=test_dataloader,
+            optimizer=torch.optim.Adam(model.parameters(), lr=args.learning_rate),
+            loss_fn=torch.nn.CrossEntropyLoss(),
+            epochs=args.epochs,
+            device=device,
+        )
+    except OSError as error:  # an image that does not decode, mid-epoch
+        sys.exit(f"error: training stopped, an image could not be read: {error}")
+    utils.save_model(model, model_dir, f"{args.model}.pth")
     return results
 
 

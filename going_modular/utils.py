@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import random
 import tempfile
 from pathlib import Path
@@ -24,7 +25,7 @@ from torch import nn
 
 from going_modular.models import build_model
 
-__all__ = ["get_device", "load_model", "save_model", "set_seeds"]
+__all__ = ["check_device", "get_device", "load_model", "save_model", "set_seeds"]
 
 
 def set_seeds(seed: int = 42) -> None:
@@ -40,11 +41,27 @@ def get_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
+def check_device(device: torch.device | str | None) -> torch.device:
+    """``device`` as a ``torch.device``; a clear error for None or a GPU that is not there."""
+    if device is None:
+        raise ValueError("device is None: pass 'cpu' or 'cuda' (utils.get_device()).")
+    device = torch.device(device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(
+            f"device={str(device)!r}, but there is no CUDA GPU: use 'cpu'."
+        )
+    return device
+
+
 def _write_atomically(path: Path, write) -> None:
     """``write(file)`` into a temporary file beside ``path``, then rename it into place:
-    an interrupted save leaves the previous file (or none), never half of one."""
+    an interrupted save leaves the previous file (or none), never half of one. The file
+    gets the permissions of any new file (the umask's)."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)
         with os.fdopen(fd, "wb") as file:
             write(file)
         os.replace(tmp, path)
@@ -59,9 +76,18 @@ def save_model(model: nn.Module, target_dir: str | Path, model_name: str) -> Pat
     Also writes ``model_name + ".json"`` beside it, recording how the model was built
     when it was built by name. Returns the path of the weights.
     """
+    if not isinstance(model, nn.Module):
+        raise TypeError(
+            f"model should be a torch.nn.Module, got {type(model).__name__}."
+        )
     if not model_name.endswith((".pt", ".pth")):
         raise ValueError(
             f"model_name should end with '.pt' or '.pth', got {model_name!r}."
+        )
+    if Path(model_name).name != model_name:
+        raise ValueError(
+            f"model_name should be a file name, got {model_name!r}: put folders in "
+            "target_dir."
         )
     target = Path(target_dir)
     target.mkdir(parents=True, exist_ok=True)
@@ -78,6 +104,21 @@ def load_model(path: str | Path, model: nn.Module | None = None) -> nn.Module:
     """Load weights saved by :func:`save_model` into ``model`` (on the CPU); without
     ``model``, rebuild the one recorded beside the file."""
     path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"No model file at {path}.")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except (OSError, RuntimeError, pickle.UnpicklingError) as error:
+        raise ValueError(
+            f"{path} is not a model file saved by save_model: {error}"
+        ) from None
+    if not isinstance(state, dict) or not all(
+        isinstance(value, torch.Tensor) for value in state.values()
+    ):
+        raise ValueError(
+            f"{path} holds more than a state_dict (the book's command line writes such "
+            "files: read them with vitbook.training.model_files.load_model)."
+        )
     if model is None:
         about = path.with_name(path.name + ".json")
         config = (
@@ -91,6 +132,5 @@ def load_model(path: str | Path, model: nn.Module | None = None) -> nn.Module:
                 f"{about.name}): pass the model, load_model(path, MyModel(...))."
             )
         model = build_model(config["name"], **config["kwargs"])
-    state = torch.load(path, map_location="cpu", weights_only=True)
     model.load_state_dict(state)
     return model

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -22,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from vitbook import train
 from vitbook.data.files import sha256_of
 from vitbook.training import runs
 from vitbook.training.checkpoint import CHECKPOINT_NAME, read_checkpoint
@@ -52,6 +54,26 @@ def paced(train_dir, test_dir, transform=None, *rest, **options):
 
 image_folders.image_splits = paced
 train.main(sys.argv[1:])
+"""
+
+# A wrapper run by torchrun instead of `-m vitbook.train`: rank 1 reads the image folders
+# DELAY_S seconds late, as a node with a slower disk would.
+RANK1_SLOW = """\
+import os, sys, time
+from vitbook import train
+from vitbook.data import image_folders
+
+image_splits = image_folders.image_splits
+
+
+def late(*args, **options):
+    if os.environ["RANK"] == "1":
+        time.sleep(float(os.environ["DELAY_S"]))
+    return image_splits(*args, **options)
+
+
+image_folders.image_splits = late
+train.main()  # as the program: it ends after this
 """
 
 # A wrapper run by torchrun instead of `-m vitbook.train`: rank 1 alone adds the options
@@ -265,6 +287,31 @@ def test_an_interrupted_run_resumes_under_as_many_processes(
     assert resumed["status"] == "complete"
     for key in ("train_loss", "test_loss", "train_acc", "test_acc"):
         assert resumed[key] == uninterrupted[key]
+
+
+def test_a_refused_resume_ends_every_rank_with_2_and_the_message_last(
+    photos, tmp_path, signal_at_training_step
+):
+    """Resuming a 1-process run under 2: rank 0 exited with 2 while rank 1 still
+    prepared its data (later than rank 0 here), so torchrun killed rank 1 (SIGTERM)
+    and reported that too."""
+    signal_at_training_step(signal.SIGTERM, step=6)  # 4 steps per epoch: in epoch 2
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as info:
+        train.main(_options(photos, out, 8))
+    assert info.value.code == 143
+    (run_dir,) = _run_dirs(out)
+    script = tmp_path / "rank1_slow.py"
+    script.write_text(RANK1_SLOW)
+    launched = _launch(2, ["--resume", str(run_dir)], script=script, DELAY_S="1")
+    code, text = _finish(launched)
+    assert code != 0
+    said = "that run was trained by 1 process(es) and this one has 2"
+    assert text.count(said) == 1, text
+    ours = [line for line in text.splitlines() if not re.match(r"[EW]\d{4} ", line)]
+    ours = ours[: ours.index("Traceback (most recent call last):")]
+    assert said in ours[-1], text  # the last line our processes print
+    assert text.count("exitcode  : 2 ") == 2 and "(SIGTERM)" not in text, text
 
 
 def test_a_diverging_loss_stops_every_rank_and_is_reported_once(photos, tmp_path):

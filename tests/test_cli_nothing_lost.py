@@ -216,3 +216,120 @@ def test_resume_of_a_read_only_run_folder_is_refused_before_any_work(
     err = _refused(["--resume", str(run)], capsys)
     assert f"--resume {run}: {run} cannot be written ({os.strerror(code)})" in err
     assert _snapshot(tmp_path / "runs") == before
+
+
+# --- 7. Only the run's own folder is written; a user's `latest` is never replaced ------
+
+
+def _swapped_at_training_step(monkeypatch, out: Path, victim: Path, step: int) -> Path:
+    """At the CLI model's ``step``-th training forward pass, the run folder in ``out``
+    is moved to ``out/../moved`` and its path made a link to ``victim``; return where
+    it was moved."""
+    build, calls, moved = parts.build_model, [], out.parent / "moved"
+
+    def swap(module, inputs):
+        if module.training:
+            calls.append(1)
+            if len(calls) == step:
+                (run,) = [p for p in out.iterdir() if runs.RUN_NAME.fullmatch(p.name)]
+                run.rename(moved)
+                run.symlink_to(victim, target_is_directory=True)
+
+    def build_model(*args, **kwargs):
+        model = build(*args, **kwargs)
+        model.register_forward_pre_hook(swap)
+        return model
+
+    monkeypatch.setattr(parts, "build_model", build_model)
+    return moved
+
+
+def test_a_run_folder_replaced_mid_run_by_a_link_never_writes_into_its_target(
+    tiny_image_folder, tmp_path, monkeypatch, capsys
+):
+    out, victim = tmp_path / "runs", tmp_path / "victim"
+    victim.mkdir()
+    for name in ("model.pth", "results.json", "checkpoint.pth"):
+        (victim / name).write_text(f"the user's own {name}")
+    before = _snapshot(victim)
+    moved = _swapped_at_training_step(monkeypatch, out, victim, step=3)  # in epoch 2
+    with pytest.raises(SystemExit) as info:
+        train.main(_own(tiny_image_folder, out))
+    assert info.value.code == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "was moved or replaced" in err
+    assert "--resume" not in err  # it would name the link, not the run
+    assert _snapshot(victim) == before and sorted(os.listdir(victim)) == sorted(before)
+    results = json.loads((moved / "results.json").read_text())
+    assert results["status"] == "failed" and results["epochs_completed"] == 2
+    assert runs.pair_matches(moved) and (moved / "loss_curves.png").is_file()
+    assert not (out / "latest").exists()  # never pointed at the link
+
+
+def test_a_users_file_named_latest_is_left_as_it_is(
+    tiny_image_folder, tmp_path, capsys
+):
+    out = tmp_path / "runs"
+    out.mkdir()
+    (out / "latest").write_text("my notes: try lr 1e-3 next\n")
+    train.main(_own(tiny_image_folder, out, "--epochs", "1"))
+    err = capsys.readouterr().err
+    assert (out / "latest").read_text() == "my notes: try lr 1e-3 next\n"
+    assert not (out / "latest").is_symlink()
+    assert f"{out / 'latest'} is not a pointer this program made" in err
+
+
+# --- 8. A --resume that cannot go on says why ------------------------------------------
+
+
+def test_resume_of_a_cut_off_results_json_says_it_is_damaged(
+    interrupted_run,  # noqa: F811
+    tmp_path,
+    capsys,
+):
+    run = interrupted_run(tmp_path / "runs")
+    (run / "results.json").write_text('{"status": "interr')
+    err = " ".join(_refused(["--resume", str(run)], capsys).split())
+    assert f"{run / 'results.json'} is damaged (not valid JSON" in err
+    assert "there is no results.json" not in err
+
+
+def test_resume_of_a_missing_or_dangling_latest_lists_the_run_folders(
+    interrupted_run,  # noqa: F811
+    tmp_path,
+    capsys,
+):
+    out = tmp_path / "runs"
+    run = interrupted_run(out)
+    (out / "latest").unlink()  # as after a SIGKILL before the first save
+    err = " ".join(_refused(["--resume", str(out / "latest")], capsys).split())
+    assert f"--resume {out / 'latest'} does not exist" in err and run.name in err
+    (out / "latest").symlink_to("20240101-000000-abcd1234")
+    err = " ".join(_refused(["--resume", str(out / "latest")], capsys).split())
+    assert "is a symbolic link to 20240101-000000-abcd1234, which does not exist" in err
+    assert run.name in err
+
+
+def test_resume_with_a_checkpoint_that_is_a_folder_says_so(
+    interrupted_run,  # noqa: F811
+    tmp_path,
+    capsys,
+):
+    run = interrupted_run(tmp_path / "runs")
+    (run / "checkpoint.pth").unlink()
+    (run / "checkpoint.pth").mkdir()
+    err = " ".join(_refused(["--resume", str(run)], capsys).split())
+    assert f"{run / 'checkpoint.pth'} is not a file" in err
+    assert "before its first epoch" not in err
+
+
+def test_resume_of_a_run_in_training_names_the_run_folder(
+    interrupted_run,  # noqa: F811
+    tmp_path,
+    capsys,
+):
+    run = interrupted_run(tmp_path / "runs")
+    with runs.OutputLock(tmp_path / "runs"):  # as a run training there holds it
+        err = " ".join(_refused(["--resume", str(run)], capsys).split())
+    assert f"--resume {run}: that run folder is in use" in err
+    assert "--output-dir" not in err.split("error:")[-1]

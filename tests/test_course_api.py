@@ -5,6 +5,8 @@ utils.save_model and predictions.pred_and_plot_image."""
 from __future__ import annotations
 
 import math
+import os
+import stat
 
 import matplotlib.pyplot as plt
 import pytest
@@ -238,3 +240,92 @@ def test_the_course_train_script_refuses_a_bad_number(image_folder):
             ["--train-dir", str(image_folder), "--test-dir", str(image_folder),
              "--epochs", "0"]
         )  # fmt: skip
+
+
+def test_engine_train_refuses_a_missing_loader_and_bad_epochs():
+    model, loader = TinyVGG(3, 4, 3, img_size=16), _tiny_loaders()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    with pytest.raises(ValueError, match="train_dataloader is None"):
+        engine.train(model, None, loader, optimizer, loss_fn, 3, "cpu")
+    for epochs in (0, -1, 1.5):
+        with pytest.raises(ValueError, match="epochs must be a whole number"):
+            engine.train(model, loader, loader, optimizer, loss_fn, epochs, "cpu")
+    with pytest.raises(ValueError, match="device is None"):
+        engine.train(model, loader, loader, optimizer, loss_fn, 1, None)
+
+
+def test_train_step_refuses_an_optimiser_of_another_model():
+    model, other = TinyVGG(3, 4, 3, img_size=16), TinyVGG(3, 4, 3, img_size=16)
+    with pytest.raises(ValueError, match="holds none of this model's parameters"):
+        engine.train_step(
+            model,
+            _tiny_loaders(),
+            torch.nn.CrossEntropyLoss(),
+            torch.optim.SGD(other.parameters(), lr=0.1),
+            "cpu",
+        )
+
+
+def test_save_model_refuses_what_is_not_a_model_or_a_file_name(tmp_path):
+    with pytest.raises(TypeError, match="torch.nn.Module, got NoneType"):
+        utils.save_model(None, tmp_path, "m.pth")
+    with pytest.raises(ValueError, match="should be a file name"):
+        utils.save_model(TinyVGG(), tmp_path / "models", "../escape.pth")
+    assert not (tmp_path / "escape.pth").exists()
+
+
+def test_a_saved_model_file_gets_the_usual_permissions(tmp_path):
+    path = utils.save_model(TinyVGG(), tmp_path, "m.pth")
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~umask
+
+
+def test_load_model_says_what_a_file_is_not(tmp_path):
+    picture = tmp_path / "cat.jpg"
+    Image.fromarray(photos.chelsea()).save(picture)
+    with pytest.raises(ValueError, match="is not a model file saved by save_model"):
+        utils.load_model(picture)
+    wrapped = tmp_path / "run_model.pth"
+    torch.save({"model": TinyVGG().state_dict(), "build_config": {}}, wrapped)
+    with pytest.raises(ValueError, match="vitbook.training.model_files.load_model"):
+        utils.load_model(wrapped)
+    with pytest.raises(FileNotFoundError, match="No model file"):
+        utils.load_model(tmp_path / "missing.pth")
+
+
+def test_predictions_name_the_image_size_and_a_missing_gpu(image_folder):
+    image_path = next((image_folder / "test" / "rocket").glob("*.jpg"))
+    small = TinyVGG(3, 4, 3, img_size=32)
+    with pytest.raises(
+        RuntimeError, match=r"tensor of shape \(3, 64, 64\).*image_size"
+    ):
+        pred_and_plot_image(small, ["a", "b", "c"], image_path, (64, 64))
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="there is no CUDA GPU"):
+            pred_and_plot_image(small, ["a", "b", "c"], image_path, device="cuda")
+    plt.close("all")
+
+
+def test_the_course_script_refuses_a_model_dir_that_is_a_file_before_training(
+    image_folder, tmp_path, capsys
+):
+    taken = tmp_path / "afile"
+    taken.write_text("mine")
+    with pytest.raises(SystemExit) as stop:
+        course_train.main(
+            ["--train-dir", str(image_folder / "train"),
+             "--test-dir", str(image_folder / "test"), "--model-dir", str(taken)]
+        )  # fmt: skip
+    assert stop.value.code == 2 and "Epoch" not in capsys.readouterr().out
+    assert taken.read_text() == "mine"
+
+
+def test_the_course_script_names_a_missing_folder_in_one_line(image_folder, capsys):
+    with pytest.raises(SystemExit) as stop:
+        course_train.main(
+            ["--train-dir", "nope/train", "--test-dir", str(image_folder / "test")]
+        )
+    assert stop.value.code == 2
+    assert "The training folder nope/train does not exist" in capsys.readouterr().err

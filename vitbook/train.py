@@ -59,9 +59,26 @@ import math
 import os
 import signal
 import sys
-from collections.abc import Callable, Sequence
+import warnings
+from collections.abc import Callable, Iterator, Sequence
 
-import matplotlib
+_NOTHING_TRAINED = "Interrupted before training started; nothing was trained."
+
+
+def _interrupted_while_starting(signum: int, frame: object) -> None:
+    """Ctrl-C while the modules below load (about a second): one line, no traceback."""
+    if os.environ.get("RANK", "0") == "0":
+        print(_NOTHING_TRAINED, file=sys.stderr)
+    raise SystemExit(128 + signum)
+
+
+if (
+    __name__ == "__main__"
+    and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+):
+    signal.signal(signal.SIGINT, _interrupted_while_starting)
+
+import matplotlib  # noqa: E402
 
 matplotlib.use("Agg")
 
@@ -72,7 +89,7 @@ from torch.utils.data import DataLoader  # noqa: E402
 from going_modular import utils  # noqa: E402
 from vitbook.cli import parts, ranks, resume  # noqa: E402
 from vitbook.cli.config import RunConfig  # noqa: E402
-from vitbook.cli.errors import (
+from vitbook.cli.errors import (  # noqa: E402
     FAILURES,
     ProcessGroupFailed,
     TrainingFailed,
@@ -85,7 +102,7 @@ from vitbook.cli.parts import make_dataloaders  # noqa: E402
 from vitbook.cli.stops import kept_if_stopped  # noqa: E402
 from vitbook.data import image_folders  # noqa: E402
 from vitbook.data.download import DownloadError  # noqa: E402
-from vitbook.data.files import listing_sha256  # noqa: E402
+from vitbook.data.files import listing_sha256, remove_file  # noqa: E402
 from vitbook.training import distributed, runs  # noqa: E402
 from vitbook.training.checkpoint import CHECKPOINT_NAME  # noqa: E402
 from vitbook.training.distributed import Distributed  # noqa: E402
@@ -189,7 +206,10 @@ def _resumed_run(
     current = runs.Run(resumed.run_dir, dict(resumed.record), model, img_size)
     train_dl, test_dl, recipe = _prepare(config, current, channels, device, ctx)
     world_size = 1 if ctx is None else ctx.world_size
-    resume.check_resumable(resumed, current, train_dl, recipe, world_size)
+    ranks.check_on_every_rank(
+        ctx,
+        lambda: resume.check_resumable(resumed, current, train_dl, recipe, world_size),
+    )
     current.record = current.record | {"status": "running"}
     if ranks.is_main(ctx):
         current.write_results(current.record, resumed.results)
@@ -228,7 +248,7 @@ def _save(
         current.save(record, results)
     runs.optional_step(  # complete: nothing left to resume
         "Removing checkpoint.pth",
-        lambda: (current.dir / CHECKPOINT_NAME).unlink(missing_ok=True),
+        lambda: remove_file(current.dir / CHECKPOINT_NAME),
     )
     log = functools.partial(_log_to_mlflow, config) if config.mlflow else None
     current.finish(record, results, log)
@@ -264,7 +284,10 @@ def run(
     with contextlib.ExitStack() as held:
         held.enter_context(parts.data_switches(config))
         ranks.on_main(
-            ctx, lambda: held.enter_context(locked_output_dir(config.output_dir))
+            ctx,
+            lambda: held.enter_context(
+                locked_output_dir(config.output_dir, config.resumed)
+            ),
         )
         if config.resumed is None:
             current = _new_run(config, model, img_size, ctx)
@@ -292,6 +315,27 @@ def run(
         return results
 
 
+@contextlib.contextmanager
+def _plain_warnings(speaks: bool) -> Iterator[None]:
+    """Within the block, each warning about the images
+    (:class:`~vitbook.data.image_folders.ImageFolderWarning`) printed once as
+    "[WARNING] ...", without the source line that Python shows (and, under torchrun, by
+    rank 0 alone); other warnings as Python shows them."""
+    said: set[str] = set()
+    show = warnings.showwarning
+
+    def show_plainly(message, category, filename, lineno, file=None, line=None):
+        if not issubclass(category, image_folders.ImageFolderWarning):
+            show(message, category, filename, lineno, file, line)
+        elif speaks and str(message) not in said:
+            said.add(str(message))
+            print(f"[WARNING] {message}", file=sys.stderr)
+
+    with warnings.catch_warnings():
+        warnings.showwarning = show_plainly
+        yield
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of ``python -m vitbook.train`` and the ``vit-train`` command.
 
@@ -307,15 +351,20 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = build_parser()
     with ranks.silenced(not speaks):
         args = parser.parse_args(argv)
+    if signal.getsignal(signal.SIGINT) is _interrupted_while_starting:
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # caught below
     try:
         exiting = argv is None  # the program itself: it ends after this
         with (
             ranks.silenced(not speaks, stderr=False),
             runs.stop_signals(exiting) as stops,
+            _plain_warnings(speaks),
         ):
             config = configure(args)  # the options checked before the processes meet
-            run(config, stops, distributed.from_environment(config.dist_timeout))
+            run(config, stops, ranks.join(config.dist_timeout))
     except UsageError as error:
+        if exiting and "WORLD_SIZE" in os.environ:  # under torchrun, whose agent sends
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)  # SIGTERM once a rank exited
         with ranks.silenced(not speaks):
             parser.error(str(error))
     except TrainingInterrupted as interrupted:
@@ -324,13 +373,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         raise SystemExit(interrupted.exit_code) from None
     except KeyboardInterrupt as interrupt:
         if speaks:
-            print(
-                "Interrupted before training started; nothing was trained.",
-                file=sys.stderr,
-            )
+            print(_NOTHING_TRAINED, file=sys.stderr)
         raise SystemExit(runs.exit_code(interrupt)) from None
     except (
         TrainingFailed,
+        ProcessGroupFailed,
         DownloadError,
         FileNotFoundError,
         image_folders.ImageDecodeError,

@@ -214,3 +214,16 @@ def test_self_check_folds_answers_and_escapes():
         self_check([("Only a question", "", "")])
     with pytest.raises(ValueError):
         self_check([])
+
+
+def test_attention_explorer_says_how_many_class_names_the_model_needs(vit):
+    """One name for a 3-class model raised a bare IndexError."""
+    with pytest.raises(ValueError, match="has 3 classes, so class_names needs 3 names"):
+        attention_explorer(vit, torch.rand(2, 3, 32, 32), class_names=["a"])
+
+
+def test_patch_explorer_refuses_an_image_in_0_to_255(vit):
+    """An image of 0..255 values was clamped to white without a word."""
+    image = torch.randint(0, 256, (3, 32, 32)).float()
+    with pytest.raises(ValueError, match="from 0 to 255: divide a 0..255 image by 255"):
+        patch_explorer(image, (8,))

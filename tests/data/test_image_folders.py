@@ -436,3 +436,21 @@ def test_walk_through_dir_counts_and_skips_hidden_folders(
     out = capsys.readouterr().out
     assert "There are 1 directories and 0 images" in out
     assert "checkpoints" not in out
+
+
+def test_the_largest_image_is_named_when_it_is_large(tmp_path, monkeypatch):
+    """A 9000x9000 PNG trained at full-size decoding (1.7 GB) without a word."""
+    train_dir, test_dir = _two_splits(tmp_path)
+    _images(train_dir / "shoe" / "big", 1, size=20)  # the largest, 400 pixels
+    monkeypatch.setattr(image_folders, "LARGE_IMAGE_PIXELS", 100)
+    with pytest.warns(image_folders.ImageFolderWarning) as caught:
+        image_folders.image_splits(train_dir, test_dir)
+    (warning,) = caught
+    assert f"the largest {train_dir / 'shoe' / 'big' / 'img0.png'} (20x20" in str(
+        warning.message
+    )
+    assert "decodes each image at full size" in str(warning.message)
+    monkeypatch.setattr(image_folders, "LARGE_IMAGE_PIXELS", 400)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # not large: nothing said
+        image_folders.image_splits(train_dir, test_dir)

@@ -49,6 +49,37 @@ def test_latest_that_is_a_real_folder_is_left_alone(tmp_path):
     assert (tmp_path / "latest" / "model.pth").read_text() == "an old layout's run"
 
 
+def test_latest_that_is_a_users_link_is_left_alone_but_our_pointer_is_moved_on(
+    tmp_path,
+):
+    first, second = runs.new_run_dir(tmp_path), runs.new_run_dir(tmp_path)
+    (tmp_path / "latest").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(FileExistsError, match="not a pointer this program made"):
+        runs.update_latest(first)
+    assert os.readlink(tmp_path / "latest") == str(tmp_path / "elsewhere")
+    (tmp_path / "latest").unlink()
+    (tmp_path / "latest").write_text(f"{first.name}\n")  # our own text pointer
+    assert runs.resolve_run(runs.update_latest(second)) == second.resolve()
+
+
+def test_a_held_folder_is_written_even_once_its_path_names_another(tmp_path):
+    run, victim = runs.new_run_dir(tmp_path / "out"), tmp_path / "victim"
+    victim.mkdir()
+    held = files.HeldFolder(run)
+    run.rename(tmp_path / "moved")
+    run.symlink_to(victim)
+    with pytest.raises(files.FolderMovedError, match="was moved or replaced"):
+        files.write_json(run / "results.json", {"epochs": 1})
+    files.write_json(run / "results.json", {"epochs": 2})  # said once; kept quietly
+    assert os.listdir(victim) == []
+    assert json.loads((tmp_path / "moved" / "results.json").read_text()) == {
+        "epochs": 2
+    }
+    with files.open_file(run / "results.json") as f:  # read there too
+        assert json.loads(f.read()) == {"epochs": 2}
+    held.close()
+
+
 def test_the_lock_refuses_a_second_holder_and_is_taken_over_from_a_dead_one(
     tmp_path, capsys, dead_pid
 ):

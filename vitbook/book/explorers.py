@@ -133,6 +133,12 @@ def _as_tensor(image: torch.Tensor | Image.Image) -> torch.Tensor:
         raise ValueError(
             f"Expected a (C, H, W) image tensor, got shape {tuple(image.shape)}."
         )
+    low, high = image.min().item(), image.max().item()
+    if low < 0 or high > 1:
+        raise ValueError(
+            f"Expected an image with values in [0, 1], got values from {low:g} to "
+            f"{high:g}: divide a 0..255 image by 255 (or pass a PIL image)."
+        )
     return image.detach().float().cpu()
 
 
@@ -476,8 +482,8 @@ def attention_data(
 ) -> AttentionData:
     """Run ``model`` once (eval mode, no gradients) on ``images`` (B, C, H, W, moved to the
     model's device) and collect its attention, rollout, SeqPool weights and predictions
-    (named by ``class_names``). ``display_images`` (B, C, H, W) in [0, 1] are shown under
-    the maps (default: ``images`` rescaled to [0, 1] one by one)."""
+    (named by ``class_names``, one per class). ``display_images`` (B, C, H, W) in [0, 1]
+    are shown under the maps (default: ``images`` rescaled to [0, 1] one by one)."""
     images = images.to(next(model.parameters()).device)
     maps = torch.stack(collect_attention(model, images)).float()  # (L, B, heads, T, T)
     logits, pool = _forward(model, images)
@@ -487,6 +493,12 @@ def attention_data(
     grid = math.isqrt(tokens - offset)
     if grid * grid != tokens - offset:
         raise ValueError(f"{tokens} tokens are not a square grid (plus a class token).")
+    classes = logits.shape[-1]
+    if class_names and len(class_names) != classes:
+        raise ValueError(
+            f"The model has {classes} classes, so class_names needs {classes} names "
+            f"(one per class, in order); got {len(class_names)}."
+        )
     predicted = logits.argmax(dim=-1).tolist()
     names = [class_names[p] if class_names else str(p) for p in predicted]
     labels = [f"image {i + 1} (predicted: {name})" for i, name in enumerate(names)]

@@ -21,6 +21,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import NoReturn
 
 from going_modular.models import list_models
 from vitbook.cli import resume
@@ -149,6 +150,15 @@ class _Parser(argparse.ArgumentParser):
             else:
                 joined.append(token)
         return super().parse_known_args(joined, namespace)
+
+    def error(self, message: str) -> NoReturn:
+        """Exit with 2 after one usage line (with where the options are listed) and the
+        error, instead of argparse's whole usage (20 lines) before it."""
+        self.exit(
+            2,
+            f"usage: {self.prog} [-h] [options]  ({self.prog} --help lists them)\n"
+            f"{self.prog}: error: {message}\n",
+        )
 
 
 def _is_negative_number(text: str) -> bool:
@@ -437,6 +447,19 @@ def _check_data_root(root: Path) -> None:
 def _image_folder_classes(data_dir: Path) -> list[str]:
     """The class names of ``data_dir``'s train/ and test/ folders, whose layout and images
     are checked here."""
+    missing = [
+        f"{split}/" for split in ("train", "test") if not (data_dir / split).is_dir()
+    ]
+    if missing:
+        raise UsageError(
+            f"--data-dir {data_dir} needs train/ and test/ folders with one subfolder of "
+            "images per class (train/<class>/, test/<class>/), but it "
+            + (
+                "does not exist"
+                if not data_dir.exists()
+                else f"has no {' nor '.join(missing)}"
+            )
+        )
     try:
         classes = image_folders.check_image_folder(data_dir / "train")
         test_classes = image_folders.check_image_folder(data_dir / "test")

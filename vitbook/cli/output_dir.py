@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from vitbook.cli.errors import UsageError
+from vitbook.cli.resume import Resumed
 from vitbook.training import runs
 
 __all__ = ["check_output_dir", "locked_output_dir"]
@@ -61,10 +62,11 @@ def check_output_dir(out: Path, data_dir: Path | None) -> None:
 
 
 @contextlib.contextmanager
-def locked_output_dir(out: Path) -> Iterator[None]:
+def locked_output_dir(out: Path, resumed: Resumed | None = None) -> Iterator[None]:
     """Create ``out``, check that it is writable and hold its lock (see
     :class:`~vitbook.training.runs.OutputLock`; a lock file that is a link or not a
-    regular file is refused) for the duration of the block."""
+    regular file is refused) for the duration of the block. A lock held by another
+    process refuses the ``resumed`` run (of ``out``) by its folder."""
     try:
         out.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=out):
@@ -77,7 +79,15 @@ def locked_output_dir(out: Path) -> Iterator[None]:
     lock = runs.OutputLock(out)
     try:
         lock.acquire()
-    except (runs.RunLockedError, runs.UnsafeLockError) as error:
+    except runs.RunLockedError as error:
+        if resumed is None:
+            raise UsageError(f"--output-dir {error}") from None
+        raise UsageError(
+            f"--resume {resumed.run_dir}: that run folder is in use: {error.holder} is "
+            f"training in {out}, where a run writes alone ({lock.path} is locked). "
+            "Wait for that run to end, then resume"
+        ) from None
+    except runs.UnsafeLockError as error:
         raise UsageError(f"--output-dir {error}") from None
     try:
         yield

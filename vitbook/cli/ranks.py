@@ -13,13 +13,15 @@ from typing import TypeVar
 import torch.distributed as dist
 
 from vitbook.cli.config import PER_PROCESS, RunConfig, flag, flags
-from vitbook.cli.errors import UsageError
+from vitbook.cli.errors import ProcessGroupFailed, UsageError
 from vitbook.training import distributed
 from vitbook.training.distributed import Distributed
 
 __all__ = [
+    "check_on_every_rank",
     "check_same_options",
     "is_main",
+    "join",
     "lost_contact",
     "main_first",
     "on_main",
@@ -29,6 +31,17 @@ __all__ = [
 ]
 
 _T = TypeVar("_T")
+
+
+def join(timeout_s: float) -> Distributed | None:
+    """This process's place under torchrun (None without it): a command that torchrun did
+    not start is a UsageError, processes that never joined a ProcessGroupFailed."""
+    try:
+        return distributed.from_environment(timeout_s)
+    except distributed.NotLaunched as error:
+        raise UsageError(str(error)) from None
+    except distributed.NeverJoined as error:
+        raise ProcessGroupFailed(f"{error}; --dist-timeout sets the wait") from None
 
 
 def is_main(ctx: Distributed | None) -> bool:
@@ -55,6 +68,23 @@ def on_main(ctx: Distributed | None, make: Callable[[], _T]) -> _T:
     if refused is not None:
         raise refused
     return value
+
+
+def check_on_every_rank(ctx: Distributed | None, check: Callable[[], None]) -> None:
+    """``check()`` on every rank; when it raises a UsageError on any rank, every rank
+    raises the first such rank's, together: none is left working (and then stopped by
+    torchrun) after another has exited."""
+    if ctx is None:
+        return check()
+    refused = None
+    try:
+        check()
+    except UsageError as error:
+        refused = error
+    every = distributed.gather(refused, ctx)
+    first = next((error for error in every if error is not None), None)
+    if first is not None:
+        raise first
 
 
 @contextlib.contextmanager

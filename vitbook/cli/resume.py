@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import tempfile
 from pathlib import Path
 
@@ -78,25 +79,83 @@ def _check_writable(resume: Path, run_dir: Path) -> None:
             ) from None
 
 
-def saved_run(resume: Path) -> tuple[Path, dict]:
-    """The run folder ``--resume`` names and its results.json, if it can be continued
-    (there, in a folder that can be written)."""
-    run_dir = runs.resolve_run(resume)
+def _run_folders(folder: Path) -> str:
+    """The run folders in ``folder``, said for a message."""
     try:
-        saved = json.loads((run_dir / runs.RESULTS).read_text())
-        dict(saved["options"])
-    except (OSError, ValueError, KeyError, TypeError):
+        names = sorted(
+            p.name for p in folder.iterdir() if runs.RUN_NAME.fullmatch(p.name)
+        )
+    except OSError:
+        names = []
+    if not names:
+        return f"{folder} holds no run folder"
+    return f"the run folders in {folder} are: {', '.join(names)}"
+
+
+def _missing(resume: Path) -> UsageError | None:
+    """The refusal of a ``--resume`` path that does not exist or is a dangling link."""
+    if resume.exists():
+        return None
+    what = (
+        f"is a symbolic link to {os.readlink(resume)}, which does not exist"
+        if resume.is_symlink()
+        else "does not exist"
+    )
+    return UsageError(
+        f"--resume {resume} {what} ({_run_folders(resume.parent)}). Pass one of them"
+    )
+
+
+def _results(resume: Path, run_dir: Path) -> dict:
+    """The run's results.json, or UsageError saying why it cannot be continued."""
+    path = run_dir / runs.RESULTS
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        text = None
+    except OSError as error:
+        raise UsageError(
+            f"--resume {resume}: {path} cannot be read ({error.strerror or error})"
+        ) from None
+    try:
+        saved = None if text is None else json.loads(text)
+    except ValueError:
+        raise UsageError(
+            f"--resume {resume}: {path} is damaged (not valid JSON: cut short or "
+            "edited), so the run's options are unknown. Put back a good copy of it, "
+            "or start a new run"
+        ) from None
+    if not isinstance(saved, dict) or not isinstance(saved.get("options"), dict):
         raise UsageError(
             f"--resume {resume}: there is no results.json with a run's options "
             "there. Pass a run folder this command wrote, e.g. runs/latest"
-        ) from None
+        )
+    return saved
+
+
+def saved_run(resume: Path) -> tuple[Path, dict]:
+    """The run folder ``--resume`` names and its results.json, if it can be continued
+    (there, in a folder that can be written)."""
+    missing = _missing(resume)
+    if missing is not None:
+        raise missing
+    run_dir = runs.resolve_run(resume)
+    saved = _results(resume, run_dir)
     if saved.get("status") == "complete":
         raise UsageError(
             f"--resume {resume}: that run is complete "
             f"({saved.get('epochs_completed')} epochs), so there is nothing to continue. "
             "Start a new run to train for longer"
         )
-    if not (run_dir / CHECKPOINT_NAME).is_file():
+    checkpoint = run_dir / CHECKPOINT_NAME
+    if checkpoint.exists() and not checkpoint.is_file():
+        raise UsageError(
+            f"--resume {resume}: {checkpoint} is not a file (a folder?), so the run's "
+            f"training state is lost ({saved.get('epochs_completed')} epoch(s) are "
+            f"kept in {runs.MODEL} and {runs.RESULTS}). Put back the file, or start "
+            "a new run"
+        )
+    if not checkpoint.is_file():
         raise UsageError(
             f"--resume {resume}: that run stopped before its first epoch was "
             "complete, so there is nothing to continue from. Start it again without "

@@ -62,9 +62,11 @@ def _stopped(
     )
     resume = f" Continue with: {launcher} -m vitbook.train --resume {current.dir}"
     interrupted = isinstance(error, KeyboardInterrupt)
-    if not (from_checkpoint and epochs) or (
-        not interrupted and isinstance(error, TrainingDiverged)
-    ):  # nothing to continue, or the same options would diverge again
+    if (
+        not (from_checkpoint and epochs)
+        or (not interrupted and isinstance(error, TrainingDiverged))
+        or not current.in_place()
+    ):  # nothing to continue, the same options would diverge again, or moved
         resume = ""
     if interrupted:
         if not from_checkpoint:  # the checkpoint is lost: where the run was is unknown

@@ -9,6 +9,8 @@ removes those whose process has ended, and only those, never a user's ``.model.p
 ids mean nothing to each other: another machine's temporary is left alone for a day.
 
 * :func:`atomic_write` and :func:`write_json`: one file;
+* :class:`HeldFolder`: a folder held open, so that what is written into it by path
+  (:func:`atomic_write`, :func:`open_file`) lands there even once it is moved or replaced;
 * :func:`atomic_folder`: a folder filled beside its place, then renamed into it;
 * :func:`temporary_folder`: a scratch folder named the same way, removed afterwards;
 * :func:`sha256_of`: a file's SHA-256, read in chunks;
@@ -25,19 +27,26 @@ import hashlib
 import json
 import os
 import re
+import secrets
 import shutil
 import socket
+import stat
 import tempfile
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
 __all__ = [
+    "FolderMovedError",
+    "HeldFolder",
     "atomic_folder",
     "atomic_write",
     "listing_sha256",
     "machine_id",
+    "open_file",
+    "remove_file",
     "remove_stale_temporaries",
     "sha256_of",
     "shown",
@@ -59,7 +68,7 @@ _FOREIGN_GRACE = 86400
 def sha256_of(path: str | Path) -> str:
     """The SHA-256 hex digest of a file, read in chunks."""
     digest = hashlib.sha256()
-    with open(path, "rb") as f:
+    with open_file(path) as f:
         for chunk in iter(lambda: f.read(_CHUNK), b""):
             digest.update(chunk)
     return digest.hexdigest()
@@ -158,6 +167,90 @@ def remove_stale_temporaries(folder: str | Path, name: str) -> list[Path]:
     return removed
 
 
+class FolderMovedError(OSError):
+    """A :class:`HeldFolder`'s path no longer names it (moved away, or replaced)."""
+
+
+class HeldFolder:
+    """A folder opened once, never through a symbolic link: the files written or read
+    in it by path (:func:`atomic_write`, :func:`open_file`) are those of this very
+    folder, even once its path was moved away or replaced (say, by a link to another
+    folder), so nothing is ever written elsewhere. The first write after such a move
+    raises :class:`FolderMovedError` once it is done; later ones (keeping what can be
+    kept) go on quietly. Closed when it is garbage-collected, or by :meth:`close`."""
+
+    _held: weakref.WeakValueDictionary[str, HeldFolder] = weakref.WeakValueDictionary()
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        self.close = weakref.finalize(self, os.close, self.fd)
+        self.moved_said = False
+        HeldFolder._held[os.path.abspath(self.path)] = self
+
+    @classmethod
+    def holding(cls, path: Path) -> HeldFolder | None:
+        """The held folder that ``path`` is directly in, if any."""
+        return cls._held.get(os.path.abspath(path.parent))
+
+    def in_place(self) -> bool:
+        """Whether the path still names this folder (not a link, not another one)."""
+        try:
+            now, held = os.lstat(self.path), os.fstat(self.fd)
+        except OSError:
+            return False
+        return stat.S_ISDIR(now.st_mode) and (now.st_dev, now.st_ino) == (
+            held.st_dev,
+            held.st_ino,
+        )
+
+    def _opener(self, name: str, flags: int) -> int:
+        return os.open(name, flags | os.O_NOFOLLOW, 0o666, dir_fd=self.fd)
+
+    def open(self, name: str, mode: str = "rb") -> BinaryIO:
+        """The file ``name`` in this folder, opened in binary ``mode``."""
+        return open(name, mode, opener=self._opener)  # noqa: SIM115
+
+    def write(self, name: str, write: Callable[[BinaryIO], None]) -> None:
+        """Write ``name`` in this folder in one step, as :func:`atomic_write` does."""
+        if self.in_place():  # else the path is someone else's: nothing removed there
+            remove_stale_temporaries(self.path, name)
+        tmp = f"{temporary_prefix(name)}{secrets.token_hex(4)}"
+        try:
+            with self.open(tmp, "xb") as f:  # the umask's permissions
+                write(f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp, dir_fd=self.fd)
+        if not self.moved_said and not self.in_place():
+            self.moved_said = True
+            raise FolderMovedError(
+                f"{self.path} was moved or replaced while this run was writing into it; "
+                f"nothing was written to what that path names now: {name} and the "
+                "run's other files are in the folder the run created, wherever it was "
+                "moved (continue the run from there)"
+            )
+
+
+def open_file(path: str | Path) -> BinaryIO:
+    """``path`` opened for reading bytes: in a :class:`HeldFolder`, that folder's file."""
+    held = HeldFolder.holding(Path(path))
+    return open(path, "rb") if held is None else held.open(Path(path).name)
+
+
+def remove_file(path: str | Path) -> None:
+    """Remove ``path`` if it is there: in a :class:`HeldFolder`, that folder's file."""
+    held = HeldFolder.holding(Path(path))
+    with contextlib.suppress(FileNotFoundError):
+        if held is None:
+            os.unlink(path)
+        else:
+            os.unlink(Path(path).name, dir_fd=held.fd)
+
+
 def atomic_write(path: str | Path, write: Callable[[BinaryIO], None]) -> Path:
     """Write ``path`` in one step: ``write(f)`` fills a temporary file beside it (open for
     binary writing), which is flushed to disk and renamed into place, so ``path`` is always
@@ -165,9 +258,20 @@ def atomic_write(path: str | Path, write: Callable[[BinaryIO], None]) -> Path:
 
     Stale temporaries of ended processes are removed first; on any error the temporary is
     removed and ``path`` is left as it was (an OSError such as a full disk then names
-    ``path``). The file gets the umask's permissions.
+    ``path``). The file gets the umask's permissions. In a :class:`HeldFolder`, it is
+    written into that folder, wherever it now is.
     """
     path = Path(path)
+    held = HeldFolder.holding(path)
+    if held is not None:
+        try:
+            held.write(path.name, write)
+        except FolderMovedError:
+            raise
+        except OSError as error:
+            error.filename = error.filename or str(path)
+            raise
+        return path
     remove_stale_temporaries(path.parent, path.name)
     fd, tmp = tempfile.mkstemp(prefix=temporary_prefix(path.name), dir=path.parent)
     os.close(fd)

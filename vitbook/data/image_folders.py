@@ -26,7 +26,9 @@ from torchvision import datasets
 from vitbook.data.files import shown
 
 __all__ = [
+    "LARGE_IMAGE_PIXELS",
     "ImageDecodeError",
+    "ImageFolderWarning",
     "VisibleImageFolder",
     "check_image_folder",
     "image_splits",
@@ -38,6 +40,15 @@ __all__ = [
 
 class ImageDecodeError(ValueError):
     """An image file that cannot be decoded; the message names it and what to do."""
+
+
+class ImageFolderWarning(UserWarning):
+    """Something in an image folder worth knowing that does not stop training: files
+    skipped or counted twice, images so large that decoding them is slow."""
+
+
+# Images of more pixels are worth shrinking once (4096x4096: about 48 MB decoded).
+LARGE_IMAGE_PIXELS = 4096 * 4096
 
 
 # TIFF tags that state the largest sample value (MaxSampleValue, SMaxSampleValue).
@@ -132,8 +143,9 @@ def _too_many_pixels(image: Image.Image) -> str | None:
     )
 
 
-def _image_problem(path: str) -> str | None:
-    """Why the image at ``path`` cannot be trained on, or None when it can.
+def _image_problem(path: str) -> tuple[str | None, tuple[int, int]]:
+    """Why the image at ``path`` cannot be trained on (None when it can), and its width
+    and height (0, 0 when it cannot be opened).
 
     Its size is checked from the header (:func:`_too_many_pixels`), then it is decoded
     in full, as training decodes it: Pillow's ``verify()`` (for PNG, every chunk's
@@ -141,36 +153,63 @@ def _image_problem(path: str) -> str | None:
     truncated BMP, TIFF, GIF or PPM passes ``verify()``); a JPEG is decoded at 1/8
     scale, which still reads all of its data.
     """
+    size = (0, 0)
     try:
         with warnings.catch_warnings():  # a too large image is refused, not warned of
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)
             with Image.open(path) as image:
+                size = image.size
                 if (too_large := _too_many_pixels(image)) is not None:
-                    return too_large
+                    return too_large, size
                 if image.format == "JPEG":
                     image.draft(image.mode, (1, 1))
                     image.load()
-                    return None
+                    return None, size
                 image.verify()
             with Image.open(path) as image:  # verify() leaves an image unusable
                 _as_rgb(image)
     except Exception as error:
-        return _describe(error)
-    return None
+        return _describe(error), size
+    return None, size
+
+
+def _warn_if_large(sizes: dict[str, tuple[int, int]]) -> None:
+    """Warn when the largest of ``sizes`` (path -> width, height) has more than
+    :data:`LARGE_IMAGE_PIXELS`: each epoch decodes it at full size again."""
+    pixels = {path: width * height for path, (width, height) in sizes.items()}
+    largest = max(pixels, key=pixels.get, default=None)
+    if largest is None or pixels[largest] <= LARGE_IMAGE_PIXELS:
+        return
+    large = sum(count > LARGE_IMAGE_PIXELS for count in pixels.values())
+    width, height = sizes[largest]
+    warnings.warn(
+        f"{large} image(s) have more than {LARGE_IMAGE_PIXELS / 1e6:.0f} megapixels, "
+        f"the largest {shown(largest)} ({width}x{height}, about "
+        f"{3 * pixels[largest] / 2**20:.0f} MB decoded): every epoch decodes each "
+        "image at full size before resizing it, which is slow and takes memory. "
+        "Resize them once beforehand (e.g. mogrify -resize 1024x1024 FILE)",
+        ImageFolderWarning,
+        stacklevel=3,
+    )
 
 
 def verify_images(paths: Iterable[str | Path]) -> None:
     """Decode every image in ``paths`` once; raise :class:`ImageDecodeError` listing all
     the files that cannot be trained on (corrupt, truncated, not an image, or of too
-    many pixels: :func:`_image_problem`).
+    many pixels: :func:`_image_problem`), or warn (:class:`ImageFolderWarning`) naming
+    the largest image when it has more than :data:`LARGE_IMAGE_PIXELS`.
 
     About a millisecond per small image: run it before training, so a bad file is found
     before the first epoch rather than after hours of it.
     """
+    checked = {
+        path: _image_problem(path)
+        for path in dict.fromkeys(map(str, paths))  # each file once, in order
+    }
     bad = [
         f"{shown(path)}: {problem}"
-        for path in dict.fromkeys(map(str, paths))  # each file once, in order
-        if (problem := _image_problem(path)) is not None
+        for path, (problem, _) in checked.items()
+        if problem is not None
     ]
     if bad:
         raise ImageDecodeError(
@@ -179,6 +218,7 @@ def verify_images(paths: Iterable[str | Path]) -> None:
             + "\n  ".join(bad)
             + "\nDelete or replace them and try again."
         )
+    _warn_if_large({path: size for path, (_, size) in checked.items()})
 
 
 def check_image_folder(folder: str | Path) -> list[str]:
@@ -304,6 +344,7 @@ class VisibleImageFolder(datasets.ImageFolder):
                     "are not regular files (a FIFO, socket, device or broken link)",
                     [shown(path) for path in odd],
                 ),
+                ImageFolderWarning,
                 stacklevel=2,
             )
         _check_one_label_per_file(samples, self.split)
@@ -361,6 +402,7 @@ def _check_one_label_per_file(
                 "one file in the same class)",
                 [" = ".join(shown(path) for path, _ in group) for group in repeated],
             ),
+            ImageFolderWarning,
             stacklevel=3,
         )
 

@@ -32,7 +32,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from vitbook.data.files import atomic_write
+from vitbook.data.files import atomic_write, open_file
 from vitbook.training.recipe import Recipe
 
 __all__ = [
@@ -137,7 +137,8 @@ def verified(obj: dict[str, Any], path: str | Path) -> dict[str, Any]:
 def _load(path: str | Path, map_location: Any) -> Any:
     """``torch.load`` (weights only); a file it cannot read is a CorruptCheckpointError."""
     try:
-        return torch.load(path, map_location=map_location, weights_only=True)
+        with open_file(path) as f:
+            return torch.load(f, map_location=map_location, weights_only=True)
     except Exception as error:  # noqa: BLE001  (torch.load raises many kinds)
         first_line = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise CorruptCheckpointError(
@@ -229,8 +230,12 @@ def read_checkpoint(checkpoint_dir: str | Path) -> dict[str, Any] | None:
     transform) and the ``config`` it was trained with. A corrupt file, or NaN or infinite
     weights or optimiser state, is refused."""
     path = Path(checkpoint_dir) / CHECKPOINT_NAME
-    if not path.exists():
+    try:
+        open_file(path).close()
+    except FileNotFoundError:
         return None
+    except OSError:  # a folder, a link in a held folder, no permission: said below
+        pass
     try:
         checkpoint = _load(path, "cpu")
         if (

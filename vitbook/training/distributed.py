@@ -52,6 +52,8 @@ from torch.utils.data.distributed import DistributedSampler
 
 __all__ = [
     "Distributed",
+    "NeverJoined",
+    "NotLaunched",
     "all_sum",
     "any_rank",
     "barrier",
@@ -82,15 +84,35 @@ class Distributed:
         return self.rank == 0
 
 
+class NotLaunched(ValueError):
+    """``RANK`` and ``WORLD_SIZE`` are set, but not where the processes meet."""
+
+
+class NeverJoined(TimeoutError):
+    """The other processes did not join the process group within the timeout."""
+
+
 def from_environment(timeout_s: float = 1800.0) -> Distributed | None:
     """Join the process group torchrun describes; None when not launched by torchrun.
 
     Uses NCCL on CUDA (one GPU per process, ``cuda:LOCAL_RANK``) and gloo on a CPU. A
     collective that waits longer than ``timeout_s`` seconds (a rank that died) raises.
+    Raises :class:`NotLaunched` when ``MASTER_ADDR`` or ``MASTER_PORT`` is missing, and
+    :class:`NeverJoined` when the other processes do not join within ``timeout_s``.
     """
     if "WORLD_SIZE" not in os.environ or "RANK" not in os.environ:
         return None
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    missing = [
+        name for name in ("MASTER_ADDR", "MASTER_PORT") if name not in os.environ
+    ]
+    if missing and not dist.is_initialized():
+        raise NotLaunched(
+            f"RANK and WORLD_SIZE are set but {' and '.join(missing)} "
+            f"{'is' if len(missing) == 1 else 'are'} not: start the command with "
+            "torchrun (torchrun --nproc_per_node=N ...), or set MASTER_ADDR and "
+            "MASTER_PORT"
+        )
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     if torch.cuda.is_available():
         device, backend = torch.device("cuda", local_rank), "nccl"
@@ -98,12 +120,21 @@ def from_environment(timeout_s: float = 1800.0) -> Distributed | None:
     else:
         device, backend = torch.device("cpu"), "gloo"
     if not dist.is_initialized():
-        dist.init_process_group(
-            backend,
-            rank=rank,
-            world_size=world_size,
-            timeout=datetime.timedelta(seconds=timeout_s),
-        )
+        try:
+            dist.init_process_group(
+                backend,
+                rank=rank,
+                world_size=world_size,
+                timeout=datetime.timedelta(seconds=timeout_s),
+            )
+        except dist.DistError as error:
+            if "timed out" not in str(error).lower():  # e.g. the port is taken
+                raise
+            raise NeverJoined(
+                f"the other {world_size - 1} process(es) never joined rank {rank} "
+                f"within {timeout_s:g} s (WORLD_SIZE={world_size}): start all "
+                f"{world_size} of them (torchrun starts --nproc_per_node on each node)"
+            ) from error
     return Distributed(rank, world_size, local_rank, device, backend)
 
 

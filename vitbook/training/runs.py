@@ -28,8 +28,10 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import io
 import json
 import os
+import re
 import signal
 import stat
 import sys
@@ -44,7 +46,9 @@ import matplotlib.pyplot as plt
 from torch import nn
 
 from vitbook.data.files import (
+    HeldFolder,
     atomic_write,
+    open_file,
     sha256_of,
     shown,
     temporary_prefix,
@@ -93,6 +97,7 @@ RESULTS = "results.json"
 STOP_SIGNALS = tuple(
     getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name)
 )
+RUN_NAME = re.compile(r"\d{8}-\d{6}-[0-9a-f]{8}")  # what new_run_dir names a run
 NAME_MAX = 255  # bytes in one file or folder name, on the usual file systems
 PATH_MAX = 4095  # bytes in a whole path (Linux; macOS allows 1023)
 # The longest path this module writes below a run folder: "/" + "<run id>" + "/" + a
@@ -103,7 +108,12 @@ _LONGEST_INSIDE = len(
 
 
 class RunLockedError(RuntimeError):
-    """Another process is writing a run into the same output folder."""
+    """Another process (``holder``, e.g. "process 123") is writing a run into the same
+    output folder."""
+
+    def __init__(self, message: str, holder: str):
+        super().__init__(message)
+        self.holder = holder
 
 
 class UnsafeLockError(RuntimeError):
@@ -254,17 +264,37 @@ def new_run_dir(output_dir: str | Path) -> Path:
     return run_dir
 
 
+def _ours(latest: Path) -> bool:
+    """Whether ``latest`` is absent or a pointer :func:`update_latest` made (a link or a
+    text file naming a run folder), so that replacing it loses nothing of a user's."""
+    try:
+        if latest.is_symlink():
+            return RUN_NAME.fullmatch(os.readlink(latest)) is not None
+        if not latest.is_file():
+            return not os.path.lexists(latest)
+        with open(latest, "rb") as f:
+            text = f.read(64)
+    except OSError:
+        return False
+    return RUN_NAME.fullmatch(text.decode("utf-8", "replace").strip()) is not None
+
+
 def update_latest(run_dir: str | Path) -> Path:
     """Point ``<output-dir>/latest`` at ``run_dir`` in one step (a relative symlink, or a text
     file with the run's name where symlinks fail); return the pointer.
 
-    Raises OSError when ``latest`` cannot be replaced (e.g. it is a real folder).
+    Raises OSError, leaving it as it is, when ``latest`` is not such a pointer (a folder,
+    a user's file or link).
     """
     run_dir = Path(run_dir)
     latest = run_dir.parent / LATEST
-    if latest.is_dir() and not latest.is_symlink():
-        raise IsADirectoryError(
-            errno.EISDIR, f"{latest} is a folder, not a pointer; it was left as it is"
+    if not _ours(latest):
+        folder = latest.is_dir() and not latest.is_symlink()
+        error = IsADirectoryError if folder else FileExistsError
+        raise error(
+            errno.EISDIR if folder else errno.EEXIST,
+            f"{latest} is {'a folder, not' if folder else 'not'} a pointer this "
+            "program made; it was left as it is",
         )
     tmp = run_dir.parent / f"{temporary_prefix(LATEST)}{uuid.uuid4().hex[:8]}"
     try:
@@ -376,7 +406,8 @@ class OutputLock:
                 raise RunLockedError(
                     f"{self.path.parent} is in use: {who} is training into it "
                     f"({self.path} is locked). Wait for that run to end, or choose "
-                    "another output folder"
+                    "another output folder",
+                    who,
                 ) from None
             except OSError:  # e.g. ENOLCK: this file system has no flock
                 os.close(fd)
@@ -453,6 +484,10 @@ class Run:
 
     def __init__(self, run_dir: Path, record: dict, model: nn.Module, img_size: int):
         self.dir, self.record, self.model = run_dir, record, model
+        try:  # what the run writes goes into this folder, even if it is moved
+            self.folder: HeldFolder | None = HeldFolder(run_dir)
+        except OSError:  # another machine's rank, which writes nothing
+            self.folder = None
         self.img_size = img_size
         self.class_names: list[str] | None = None  # known once the data is prepared
         self.extra = {"img_size": img_size, "dataset": record["data"]}
@@ -490,19 +525,29 @@ class Run:
             optional_step("Plotting loss_curves.png", lambda: self._plot(results))
         if log is not None:
             optional_step("Logging to MLflow", lambda: log(record, results))
-        optional_step("Updating the 'latest' pointer", lambda: update_latest(self.dir))
+        if self.in_place():  # else the path names another folder now
+            optional_step(
+                "Updating the 'latest' pointer", lambda: update_latest(self.dir)
+            )
+
+    def in_place(self) -> bool:
+        """Whether the run folder's path still names the folder the run writes into."""
+        return self.folder is None or self.folder.in_place()
 
     def _plot(self, results: dict) -> None:
         figure = plot_loss_curves(results, title=self.title)
+        image = io.BytesIO()
         try:
-            figure.savefig(self.dir / "loss_curves.png", dpi=100)
+            figure.savefig(image, format="png", dpi=100)
         finally:
             plt.close(figure)
+        atomic_write(self.dir / "loss_curves.png", lambda f: f.write(image.getvalue()))
 
     def _saved_record(self) -> dict:
         """``results.json`` as it is now, or {} when it cannot be read."""
         try:
-            saved = json.loads((self.dir / RESULTS).read_text())
+            with open_file(self.dir / RESULTS) as f:
+                saved = json.loads(f.read())
         except (OSError, ValueError):
             return {}
         return saved if isinstance(saved, dict) else {}
@@ -577,9 +622,10 @@ class Run:
                 f"({problem})"
             )
         elif saved:
+            where = f"{self.dir}/" if self.in_place() else "the run's own folder"
             kept = (
                 f"saved epoch {epochs}'s checkpoint and the results so far (marked "
-                f"{status}) to {self.dir}/"
+                f"{status}) to {where}"
             )
         elif problem is None:  # a resumed run that stopped before training again
             kept = f"its {epochs} earlier epoch(s) in {self.dir}/ are kept (marked {status})"
