@@ -100,6 +100,16 @@ def _explained(X: torch.Tensor, y: torch.Tensor):
         ) from error
 
 
+def _check_run(train_dataloader: Iterable | None, epochs: int) -> None:
+    """Refuse a missing training loader or a number of epochs that is not 1, 2, ..."""
+    if train_dataloader is None:
+        raise ValueError("train_dataloader is None: pass the training DataLoader.")
+    if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
+        raise ValueError(
+            f"epochs must be a whole number of at least 1, got {epochs!r}."
+        )
+
+
 def _check_parts(model: nn.Module, optimizer: torch.optim.Optimizer, device) -> None:
     """Refuse, before any work, a device that is not there or an optimiser built over
     another model's parameters."""
@@ -225,12 +235,7 @@ def train(
     is False, and returns ``{"train_loss": [...], "train_acc": [...], "test_loss": [...],
     "test_acc": [...]}``.
     """
-    if train_dataloader is None:
-        raise ValueError("train_dataloader is None: pass the training DataLoader.")
-    if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
-        raise ValueError(
-            f"epochs must be a whole number of at least 1, got {epochs!r}."
-        )
+    _check_run(train_dataloader, epochs)
     _check_parts(model, optimizer, device)
     hooks = hooks or Hooks()
     keys = COURSE_KEYS if test_dataloader is not None else COURSE_KEYS[:2]

@@ -24,7 +24,7 @@ from going_modular import data_setup, engine, model_builder, utils
 __all__ = ["main"]
 
 
-def main(argv: list[str] | None = None) -> dict[str, list[float]]:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--train-dir", required=True)
     parser.add_argument("--test-dir", required=True)
@@ -38,6 +38,12 @@ def main(argv: list[str] | None = None) -> dict[str, list[float]]:
     parser.add_argument("--img-size", type=int, default=64)
     parser.add_argument("--model-dir", default="models")
     parser.add_argument("--seed", type=int, default=42)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> dict[str, list[float]]:
+    """Train and save a model as the options say; return the results per epoch."""
+    parser = _parser()
     args = parser.parse_args(argv)
     for name in ("epochs", "batch_size", "hidden_units", "img_size"):
         if getattr(args, name) < 1:
