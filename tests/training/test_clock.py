@@ -93,7 +93,8 @@ def test_side_by_side_starts_a_wave_when_the_last_one_has_ended():
 def test_side_by_side_trains_budget_runs_and_returns_their_models():
     # Half the budget planned (margin 0.5): two processes beside the other test worker on
     # 2 cores run slower than they measured, and a full plan lost its second test to it.
-    jobs = [dict(tiny_job(seed), margin=0.5) for seed in (0, 1)]
+    # 6 s, not 3: there, measuring the step alone once took 4 s of a 3-s budget.
+    jobs = [dict(tiny_job(seed, seconds=6.0), margin=0.5) for seed in (0, 1)]
     (model_a, a), (model_b, b) = side_by_side(
         train_for_budget, jobs, threads=1, progress=False
     )
