@@ -148,11 +148,12 @@ def test_chapters_stop_with_the_same_line_not_a_small_stand_in(fresh, monkeypatc
 
 
 def test_stand_in_only_when_asked_and_never_where_refused(fresh, monkeypatch, capsys):
+    monkeypatch.setattr(network, "_state", dict(network._state))  # restored after
     network.set_offline(True)
+    network.set_stand_ins(True)  # the library's default (the book's CI turns it off)
     dataset = datasets.get_fashion_mnist(train=False, fallback=True)
     assert isinstance(dataset, standins.DigitsMNIST)
     assert "[STAND-IN] Fashion-MNIST" in capsys.readouterr().out
-    monkeypatch.setattr(network, "_state", network._state | {"stand_ins": True})
     network.set_stand_ins(False)  # what the book's settings do under CI=true
     with pytest.raises(DownloadError):
         datasets.get_fashion_mnist(train=False, fallback=True)
