@@ -411,8 +411,16 @@ def test_a_cct_trains_with_the_recipe_and_a_time_budget(tmp_path, monkeypatch, c
     results = json.loads((run / "results.json").read_text())
     assert len(results["train_loss"]) == 1  # the budget stopped it during epoch 1
     assert math.isfinite(results["test_loss"][0])
+    assert results["status"] == "stopped" and "time budget" in results["stopped_because"]
+    assert (run / "checkpoint.pth").is_file()  # kept: the run can go on
     printed = capsys.readouterr().out
     assert "[STAND-IN] CIFAR-10" in printed and "[INFO] Recipe cct-cifar-300" in printed
+    assert "--time-budget <more minutes" in printed
+
+    train.main(["--resume", str(run), "--time-budget", "30"])  # a larger budget
+    results = json.loads((run / "results.json").read_text())
+    assert results["status"] == "complete" and len(results["train_loss"]) == 3
+    assert not (run / "checkpoint.pth").exists()
 
 
 # --- Stops and failures: the finished epochs are kept, one line says what happened --------------

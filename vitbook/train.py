@@ -30,7 +30,9 @@ ImageFolder with ``train/`` and ``test/`` class folders).
 smoothing, AdamW (cct exempts biases and norms from weight decay) and warmup + cosine. The recipe
 supplies the defaults of ``--epochs``, ``--batch-size``, ``--lr``, ``--weight-decay``,
 ``--warmup-epochs`` and ``--label-smoothing``; options given explicitly override them.
-``--time-budget MINUTES`` stops training when the time is spent (see ``vitbook.training.loop.fit``).
+``--time-budget MINUTES`` stops training when the time is spent (see ``vitbook.training.loop.fit``):
+the run is marked ``stopped`` and keeps its checkpoint, so ``--resume`` with a larger budget
+continues it.
 
 The CLI reads none of the book's ``BOOK_*`` variables; its own switches say what they do:
 ``--offline`` never touches the network, ``--data-root PATH`` is where datasets land and
@@ -235,24 +237,38 @@ def _save(
     results: dict,
     stops: runs.StopSignals,
     ctx: Distributed | None,
+    planned: int,
 ) -> None:
-    """Save the run complete (rank 0), then the optional steps; a signal meanwhile waits."""
+    """Save the run (rank 0): complete, or ``stopped`` by its time budget before its last
+    epoch (its checkpoint kept, so ``--resume`` with a larger ``--time-budget`` continues
+    it); then the optional steps. A signal meanwhile waits."""
     stops.finish()
     if not ranks.is_main(ctx):
         return
+    done = len(results["train_loss"])
     record = current.record | {
-        "status": "complete",
-        "epochs_completed": len(results["test_acc"]),
+        "status": "complete" if done >= planned else "stopped",
+        "epochs_completed": done,
     }
+    if done < planned:
+        record["stopped_because"] = (
+            f"its time budget of {config.time_budget:g} min ran out"
+        )
     with kept_if_stopped(current):
         current.save(record, results)
-    runs.optional_step(  # complete: nothing left to resume
-        "Removing checkpoint.pth",
-        lambda: remove_file(current.dir / CHECKPOINT_NAME),
-    )
+    if done >= planned:
+        runs.optional_step(  # complete: nothing left to resume
+            "Removing checkpoint.pth",
+            lambda: remove_file(current.dir / CHECKPOINT_NAME),
+        )
     log = functools.partial(_log_to_mlflow, config) if config.mlflow else None
     current.finish(record, results, log)
     print(f"[INFO] Saved the run to {current.dir}")
+    if done < planned:
+        print(
+            f"[INFO] The time budget stopped it after {done} of {planned} epochs; to "
+            f"train on: --resume {current.dir} --time-budget <more minutes in all>"
+        )
     if stops.received is not None:
         name = signal.Signals(stops.received).name
         print(f"[INFO] {name} came after the last epoch: the run is complete.")
@@ -311,7 +327,7 @@ def run(
                 callbacks=[_finish_after(recipe.epochs, stops)],
                 distributed=ctx,
             )
-        _save(config, current, results, stops, ctx)
+        _save(config, current, results, stops, ctx, recipe.epochs)
         return results
 
 

@@ -339,7 +339,7 @@ def _add_output(add: Callable[..., argparse.Action]) -> None:
         type=Path,
         default=None,
         metavar="RUN_DIR",
-        help="continue an interrupted or failed run (e.g. runs/latest) from its last "
+        help="continue an interrupted, failed or stopped run (e.g. runs/latest) from its last "
         f"completed epoch, with its own options (only {flags(RESUME_MAY_CHANGE)} may "
         "be given anew); under torchrun, with as many processes",
     )
