@@ -3,8 +3,8 @@
     python scripts/set_repo_url.py https://github.com/OWNER/REPO   (or: make repo-url URL=...)
 
 Rewrites ``repository.url`` in ``_config.yml`` (the launch and repository buttons), the
-``REPO_URL = "..."`` line of every chapter's setup cell (what Colab installs from) and, in
-the README, the old repository address and the old GitHub Pages address
+``REPO_URL = "..."`` line of every chapter's setup cell (what Colab installs from), the
+chapters' "Open this chapter in Colab" links and, in the README, the old repository address and the old GitHub Pages address
 (``https://OWNER.github.io/REPO``). Text is replaced in place, so nothing else in any file
 changes; running it twice changes nothing the second time. ``--root`` picks another checkout.
 """
@@ -16,7 +16,7 @@ import re
 import sys
 from pathlib import Path
 
-__all__ = ["main", "pages_url", "set_repo_url"]
+__all__ = ["colab_prefix", "main", "pages_url", "set_repo_url"]
 
 GITHUB = re.compile(r"https://github\.com/([\w.-]+)/([\w.-]+)")
 CONFIG_URL = re.compile(
@@ -29,6 +29,12 @@ def pages_url(repo_url: str) -> str:
     """Where GitHub Pages publishes the book of ``https://github.com/OWNER/REPO``."""
     owner, name = GITHUB.fullmatch(repo_url).groups()
     return f"https://{owner.lower()}.github.io/{name}"
+
+
+def colab_prefix(repo_url: str) -> str:
+    """The start of a Colab link that opens a notebook of ``https://github.com/OWNER/REPO``."""
+    owner, name = GITHUB.fullmatch(repo_url).groups()
+    return f"https://colab.research.google.com/github/{owner}/{name}/"
 
 
 def _normalise(url: str) -> str:
@@ -58,6 +64,8 @@ def set_repo_url(root: Path, url: str) -> list[Path]:
     for notebook in sorted((root / "book").glob("*.ipynb")):
         text = notebook.read_text(encoding="utf-8")
         new = SETUP_URL.sub(lambda m: m.group(1) + url + m.group(3), text)
+        if GITHUB.fullmatch(old):
+            new = new.replace(colab_prefix(old), colab_prefix(url))
         _write(notebook, new, changed)
     readme = root / "README.md"
     if readme.exists() and old != url:

@@ -161,7 +161,57 @@ def _solutions(cells: list[dict]) -> dict[str, dict]:
     return found
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+# Chapters converted for Colab (issue 49) give each exercise a starter cell with blanks and
+# check(), hint() and solution() (vitbook.book.exercises); the others still use MyST's
+# gated solutions until issue 51 rebuilds them.
+CHECKED = [
+    p
+    for p in NOTEBOOKS
+    if (ROOT / "vitbook/book/exercises" / f"ch{p.name[:2]}.py").exists()
+]
+GATED = [p for p in NOTEBOOKS if p not in CHECKED]
+EXERCISE_HEADING = re.compile(r"^### Exercise (\d+): \S", re.M)
+
+
+@pytest.mark.parametrize("path", CHECKED, ids=lambda p: p.name)
+def test_each_exercise_has_a_starter_a_check_a_hint_and_a_solution(path):
+    """A heading, then (before the next heading) a starter with blanks, exN.check(...),
+    exN.hint() and exN.solution(): the same layout in every converted chapter."""
+    cells = _cells(path)
+    starts = [
+        (i, int(m.group(1)))
+        for i, c in enumerate(cells)
+        if c["cell_type"] == "markdown" and (m := EXERCISE_HEADING.search(_source(c)))
+    ]
+    assert starts, "the Exercises section holds '### Exercise N: Title' headings"
+    assert [n for _, n in starts] == list(range(1, len(starts) + 1)), (
+        "numbered 1, 2, ..."
+    )
+    ends = [i for i, _ in starts[1:]] + [len(cells)]
+    for (begin, n), end in zip(starts, ends):
+        code = "\n".join(
+            _source(c) for c in cells[begin + 1 : end] if c["cell_type"] == "code"
+        )
+        assert "____" in code, f"exercise {n}: a starter cell with blanks"
+        for call in (f"ex{n}.check(", f"ex{n}.hint()", f"ex{n}.solution()"):
+            assert call in code, f"exercise {n}: {call}"
+
+
+@pytest.mark.parametrize("path", CHECKED, ids=lambda p: p.name)
+def test_a_chapter_opens_on_colab_and_says_what_its_setup_installed(path):
+    """Issue 49: a link under the title opens this very notebook on Colab, and the setup
+    cell prints what pip installed (or that nothing was needed)."""
+    cells = _cells(path)
+    title = next(_source(c) for c in cells if c["cell_type"] == "markdown")
+    repo = CONFIG["repository"]["url"].removeprefix("https://github.com/")
+    link = f"https://colab.research.google.com/github/{repo}/blob/main/book/{path.name}"
+    assert f"]({link})" in title, "the title cell links to the chapter on Colab"
+    setup = next(_source(c) for c in cells if c["cell_type"] == "code")
+    assert 'print(f"Installed {len(added)} package(s)' in setup
+    assert "nothing to install" in setup
+
+
+@pytest.mark.parametrize("path", GATED, ids=lambda p: p.name)
 def test_every_exercise_has_a_gated_solution_that_asserts(path):
     cells = _cells(path)
     markdown = "\n".join(_source(c) for c in cells if c["cell_type"] == "markdown")
@@ -181,7 +231,7 @@ def test_every_exercise_has_a_gated_solution_that_asserts(path):
         )
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", GATED, ids=lambda p: p.name)
 def test_exercises_share_one_layout(path):
     """A titled box, then its solution: the same layout in every chapter."""
     cells = _cells(path)

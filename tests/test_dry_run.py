@@ -14,8 +14,16 @@ import time
 from pathlib import Path
 
 import nbformat
+import numpy as np
 import pytest
-from dry_run_fixtures import dry_run_environment, make_cifar10, make_food_zip, serve
+from dry_run_fixtures import (
+    chapter_data_dir,
+    class_coded_images,
+    dry_run_environment,
+    make_cifar10,
+    make_food_zip,
+    serve,
+)
 from nbclient import NotebookClient
 from torchvision.datasets import CIFAR10
 
@@ -46,6 +54,10 @@ def _outputs_text(nb) -> str:
 def _execute_chapter(path: Path, env: dict[str, str], workdir: Path, monkeypatch):
     for name, value in env.items():
         monkeypatch.setenv(name, value)
+    shared = Path(env["BOOK_DATA_DIR"])
+    monkeypatch.setenv(
+        "BOOK_DATA_DIR", str(chapter_data_dir(shared, workdir / "chapter_data"))
+    )
     monkeypatch.delenv("CI", raising=False)  # a reader's Colab, not CI
     before = path.read_bytes()
     nb = nbformat.read(path, as_version=4)
@@ -60,8 +72,13 @@ def _execute_chapter(path: Path, env: dict[str, str], workdir: Path, monkeypatch
     seconds = time.perf_counter() - start
     print(f"{path.name}: dry run in {seconds:.0f} s")
     assert path.read_bytes() == before, "the dry run must never store its outputs"
-    first = next(c for c in nb.cells if c.cell_type == "code" and c.get("outputs"))
-    first_text = _outputs_text(nbformat.from_dict({"cells": [first]}))
+    # the setup cell says what it installed; the next output is the setting's
+    shown = [
+        _outputs_text(nbformat.from_dict({"cells": [c]}))
+        for c in nb.cells
+        if c.cell_type == "code" and c.get("outputs")
+    ]
+    first_text = next(text for text in shown if "Setting:" in text)
     assert "Setting: GPU" in first_text and "FIXTURES" in first_text
     assert "Plan in the gpu setting" in first_text
     return _outputs_text(nb)
@@ -88,21 +105,57 @@ def test_every_chapter_has_a_dry_run():
 # --- the fixtures and the getters that read them -----------------------------------------
 
 
-def test_cifar10_fixture_loads_through_torchvision_format(
-    tmp_path, monkeypatch, capsys
+def test_cifar10_and_mnist_download_from_the_mirror_through_torchvision(
+    dry_run_env, tmp_path
 ):
+    """The getters' online path, in a process started as the chapters' are: torchvision's
+    own download code fetches the fixtures from 127.0.0.1 into an empty folder and checks
+    them against their md5s; the real sites are out of reach."""
+    code = (
+        "import sys\n"
+        "from vitbook.data import datasets, network, paths\n"
+        "network.set_offline(False); network.set_fixtures(True)\n"
+        "paths.set_mirror(sys.argv[1])\n"
+        "cifar = datasets.get_cifar10(train=False, root=sys.argv[2], fallback=False)\n"
+        "mnist = datasets.get_mnist(train=True, root=sys.argv[2], fallback=False)\n"
+        "print(len(cifar), len(mnist), cifar.classes[0], mnist[0][0].size)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": dry_run_env["PYTHONPATH"]}
+    url = dry_run_env["BOOK_MIRROR"]
+    run = subprocess.run(
+        [sys.executable, "-c", code, url, str(tmp_path)],
+        env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.count("[FIXTURE]") == 2 and f"from {url}" in run.stdout
+    assert run.stdout.strip().endswith("100 600 airplane (28, 28)")
+    assert (tmp_path / "cifar-10-python.tar.gz").is_file()
+    assert (tmp_path / "MNIST" / "raw" / "train-images-idx3-ubyte").is_file()
+
+
+def test_torchvision_checks_the_fixtures_md5s_outside_the_dry_run(tmp_path):
     make_cifar10(tmp_path, train_per_class=3, test_per_class=2)
-    with pytest.raises(RuntimeError, match="corrupted"):  # torchvision checks md5s
+    with pytest.raises(RuntimeError, match="corrupted"):  # the real files' md5s
         CIFAR10(str(tmp_path), train=True)
-    network.set_offline(False)  # the autouse fixture restores both switches
-    network.set_fixtures(True)
-    train = datasets.get_cifar10(train=True, root=tmp_path, fallback=False)
-    test = datasets.get_cifar10(train=False, root=tmp_path, fallback=False)
-    assert isinstance(train, datasets.FixtureCIFAR10)
-    assert (len(train), len(test)) == (30, 20) and train.classes[0] == "airplane"
-    image, label = train[0]
-    assert image.size == (32, 32) and image.mode == "RGB" and 0 <= label < 10
-    assert capsys.readouterr().out.count("[FIXTURE] CIFAR-10") == 2
+
+
+@pytest.mark.parametrize("shape", [(32, 32, 3), (28, 28), (96, 128, 3)])
+def test_fixture_images_are_learnable(shape):
+    """Class-coded: logistic regression on the raw pixels separates held-out images, so a
+    path that trains on fixtures can be checked to learn (and a wrong label order caught)."""
+    from sklearn.linear_model import LogisticRegression
+
+    rng = np.random.default_rng(0)
+    labels = np.arange(200) % 10
+    images = class_coded_images(labels, shape, rng).reshape(200, -1) / 255.0
+    model = LogisticRegression(max_iter=500).fit(images[:100], labels[:100])
+    assert model.score(images[100:], labels[100:]) >= 0.95
+    shuffled = LogisticRegression(max_iter=500).fit(
+        images[:100], rng.permutation(labels[:100])
+    )
+    assert (
+        shuffled.score(images[100:], labels[100:]) < 0.5
+    )  # permuted labels: near chance
 
 
 def test_food_zip_is_downloaded_from_the_mirror(tmp_path, monkeypatch, capsys):

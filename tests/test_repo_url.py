@@ -19,6 +19,9 @@ SETUP_URL = re.compile(r'REPO_URL = \\"([^"\\]+)\\"')
 # A name may hold dots, but a sentence's full stop after an address is not part of it
 GITHUB_URL = re.compile(r"https://github\.com/[\w.-]+/[\w-]+(?:\.[\w-]+)*")
 PAGES_URL = re.compile(r"https://[\w-]+\.github\.io/[\w-]+(?:\.[\w-]+)*")
+COLAB_URL = re.compile(
+    r"https://colab\.research\.google\.com/github/([\w.-]+/[\w.-]+)/"
+)
 
 
 def _addresses(root: Path) -> dict[str, set[str]]:
@@ -26,7 +29,11 @@ def _addresses(root: Path) -> dict[str, set[str]]:
     config = yaml.safe_load((root / "_config.yml").read_text(encoding="utf-8"))
     found = {"_config.yml": {config["repository"]["url"]}}
     for notebook in sorted((root / "book").glob("*.ipynb")):
-        found[notebook.name] = set(SETUP_URL.findall(notebook.read_text("utf-8")))
+        text = notebook.read_text("utf-8")
+        found[notebook.name] = set(SETUP_URL.findall(text))
+        colab = {f"https://github.com/{repo}" for repo in COLAB_URL.findall(text)}
+        if colab:  # the "Open this chapter in Colab" link
+            found[f"{notebook.name} (Colab)"] = colab
     readme = (root / "README.md").read_text(encoding="utf-8")
     found["README.md"] = set(GITHUB_URL.findall(readme))
     found["README.md (Pages)"] = set(PAGES_URL.findall(readme))
@@ -54,6 +61,10 @@ def test_the_book_uses_one_repository_address():
     found = _addresses(ROOT)
     url = next(iter(found["_config.yml"]))
     setup_cells = [name for name in found if name.endswith(".ipynb")]
+    links = [name for name in found if name.endswith("(Colab)")]
+    assert len(links) >= 8  # chapters converted for Colab (issue 49) link to it
+    for name in links:
+        assert found[name] == {url}, name
     assert len(setup_cells) >= 14
     for name in setup_cells:
         assert found[name] == {url}, name
@@ -82,8 +93,13 @@ def test_script_rewrites_every_copy_and_only_them(tmp_path):
     assert found["README.md (Pages)"] == {"https://someone.github.io/vit-book"}
     # Only the addresses changed, byte for byte
     for path, text in before.items():
-        expected = text.replace(old, new).replace(
-            f"https://{owner}.github.io/{repo}", "https://someone.github.io/vit-book"
+        expected = (
+            text.replace(old, new)
+            .replace(
+                f"https://{owner}.github.io/{repo}",
+                "https://someone.github.io/vit-book",
+            )
+            .replace(f"/github/{owner}/{repo}/", "/github/Someone/vit-book/")
         )
         assert path.read_text("utf-8") == expected, path.name
     after = {p: p.read_text("utf-8") for p in before}

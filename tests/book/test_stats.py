@@ -186,3 +186,40 @@ def test_trend_checks_every_step_or_kendalls_tau(capsys):
         stats.claim_trend("grows", [1, 2, 3], [1.0, 2.0, 2.0])
     with pytest.raises(ValueError, match="distinct x"):
         stats.claim_trend("grows", [1, 1, 2], [1.0, 2.0, 3.0])
+
+
+def test_larger_needs_a_two_sided_paired_t_test_at_five_percent(capsys):
+    # CLEAR: differences 2, 1, 3, t = 2 / (1 / sqrt 3) = 3.464 on 2 degrees of freedom.
+    # With 2 df the two-sided p is 1 - t / sqrt(t^2 + 2) = 1 - 3.464 / 3.742 = 0.0742,
+    # and t(0.975, 2) = 0.95 / sqrt(2 * 0.975 * 0.025) = 4.303, so the 95% interval is
+    # 2 -+ 4.303 / sqrt 3 = [-0.484, 4.484]: beyond 2 SE (claim_beats), not significant.
+    test = stats.paired_t_test(CLEAR_A, CLEAR_B)
+    assert test.mean == pytest.approx(2.0) and test.n == 3
+    assert test.t == pytest.approx(2 * math.sqrt(3))
+    assert test.p == pytest.approx(1 - 2 * math.sqrt(3) / math.sqrt(14))
+    assert (test.low, test.high) == pytest.approx((-0.4841, 4.4841), abs=1e-4)
+    assert test.describe() == (
+        "+2.00 points, 95% CI [-0.48, +4.48], t = 3.46, p = 0.074 (paired t-test, n=3)"
+    )
+    with pytest.raises(settings.ClaimError, match=r"p = 0\.074"):
+        stats.claim_larger("A is larger", CLEAR_A, CLEAR_B)
+    # Differences 2.0, 2.1, 1.9: SD 0.1, t = 2 / (0.1 / sqrt 3) = 34.64,
+    # p = 1 - 34.64 / sqrt(34.64^2 + 2) = 0.00083.
+    a, b = [12.0, 12.1, 11.9], [10.0, 10.0, 10.0]
+    assert stats.claim_larger("A is larger", a, b)
+    assert capsys.readouterr().out.startswith(
+        "Checked: A is larger [+2.00 points, 95% CI [+1.75, +2.25], t = 34.64, "
+        "p = 0.00083"
+    )
+    # The same test, the other way round: significant, but B is not larger.
+    with pytest.raises(settings.ClaimError, match=r"-2\.00 points"):
+        stats.claim_larger("B is larger", b, a)
+
+
+def test_a_t_test_without_spread_or_with_one_seed():
+    # Differences 2, 2: no spread, p 0; 0, 0: p 1.
+    same = stats.paired_t_test([3.0, 4.0], [1.0, 2.0])
+    assert (same.p, same.low, same.high, same.t) == (0.0, 2.0, 2.0, math.inf)
+    assert stats.paired_t_test([1.0, 2.0], [1.0, 2.0]).p == 1.0
+    with pytest.raises(ValueError, match="at least 2 seeds"):
+        stats.paired_t_test([1.0], [0.0])

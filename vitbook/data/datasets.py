@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import gzip
 import hashlib
-import pickle
 import shutil
 import socket
 import subprocess
@@ -64,7 +63,6 @@ __all__ = [
     "INSTALL_FASHION_MNIST",
     "NETWORK_TIMEOUT_SECONDS",
     "PREPARE_FASHION_MNIST",
-    "FixtureCIFAR10",
     "ImageFolderData",
     "course_data_url",
     "fashion_mnist_missing",
@@ -146,32 +144,18 @@ def get_food_data(
     )
 
 
-class FixtureCIFAR10(CIFAR10):
-    """torchvision's CIFAR10 on a test fixture in its format, without the md5 checks.
-
-    torchvision checks every batch file against the real data's md5; a fixture of random
-    images cannot pass that, so only the files' presence is checked.
-    """
-
-    def _check_integrity(self) -> bool:
-        folder = Path(self.root) / self.base_folder
-        files = [name for name, _ in self.train_list + self.test_list]
-        return all((folder / name).is_file() for name in files)
-
-    def _load_meta(self) -> None:
-        path = Path(self.root) / self.base_folder / self.meta["filename"]
-        with open(path, "rb") as f:
-            self.classes = pickle.load(f, encoding="latin1")[self.meta["key"]]
-        self.class_to_idx = {name: i for i, name in enumerate(self.classes)}
+def _announce_download(name: str, root: Path) -> None:
+    """With fixtures on, say that ``name`` came from the test mirror (the dry run points
+    torchvision's own download at it; ``tests/dry_run_fixtures.py``)."""
+    if uses_fixtures():
+        source = f"from {mirror()}" if mirror() is not None else f"in {root}"
+        announce_fixture(name, f"class-coded images in torchvision's format, {source}")
 
 
 def _real_cifar10(root: Path, train: bool, transform: Callable | None) -> CIFAR10:
-    if not uses_fixtures():
-        return CIFAR10(str(root), train=train, transform=transform, download=True)
-    announce_fixture(
-        "CIFAR-10", f"random images in torchvision's format in {root}, md5s not checked"
-    )
-    return FixtureCIFAR10(str(root), train=train, transform=transform, download=True)
+    dataset = CIFAR10(str(root), train=train, transform=transform, download=True)
+    _announce_download("CIFAR-10", root)
+    return dataset
 
 
 def get_cifar10(
@@ -181,11 +165,7 @@ def get_cifar10(
     fallback: bool = True,
     root: str | Path | None = None,
 ) -> Dataset:
-    """CIFAR-10 via torchvision; offline, the 32x32 RGB :class:`~standins.PhotoDigits`.
-
-    With fixtures on (:func:`~vitbook.data.network.set_fixtures`), a
-    :class:`FixtureCIFAR10` read from ``root``.
-    """
+    """CIFAR-10 via torchvision; offline, the 32x32 RGB :class:`~standins.PhotoDigits`."""
     root = Path(root) if root is not None else data_dir()
     return standins.real_or_stand_in(
         "CIFAR-10",
@@ -203,19 +183,12 @@ def get_mnist(
     fallback: bool = True,
     root: str | Path | None = None,
 ) -> Dataset:
-    """MNIST via torchvision; offline, scikit-learn's digits as :class:`~standins.DigitsMNIST`.
-
-    torchvision checks no md5 of files already in ``root/MNIST/raw``, so a test fixture
-    there (with fixtures on) loads as is; it is announced by a ``[FIXTURE]`` line.
-    """
+    """MNIST via torchvision; offline, scikit-learn's digits as :class:`~standins.DigitsMNIST`."""
     from torchvision.datasets import MNIST
 
     def real() -> MNIST:
         dataset = MNIST(str(root), train=train, transform=transform, download=True)
-        if uses_fixtures():
-            announce_fixture(
-                "MNIST", f"random digits in torchvision's format in {root}"
-            )
+        _announce_download("MNIST", root)
         return dataset
 
     root = Path(root) if root is not None else data_dir()
