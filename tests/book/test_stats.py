@@ -59,52 +59,67 @@ def test_paired_difference_needs_two_seeds_of_each(a, b, match):
         stats.paired_difference(a, b)
 
 
-def test_beats_holds_only_beyond_two_standard_errors(capsys):
-    # 2 > 2 SE = 1.155: holds, and prints the numbers it used.
-    assert stats.claim_beats("A beats B", CLEAR_A, CLEAR_B) is True
+# Five seeds (MIN_SEEDS). FIVE: differences 2, 1, 3, 2, 2: mean 2, variance 2/4, SE
+# sqrt(0.5 / 5) = 0.316, t = 6.32 on 4 df, two-sided p = 0.0032; t(0.975, 4) = 2.776, so
+# the 95% interval is 2 -+ 2.776 * 0.316 = [1.12, 2.88].
+FIVE_A, FIVE_B = [82.0, 81.0, 83.0, 82.0, 82.0], [80.0] * 5
+# NOISY5: differences 1, -1, 2, -2, 1: mean 0.2, variance 10.8 / 4 = 2.7, SE 0.735,
+# t = 0.27, p = 0.80, interval [-1.84, +2.24].
+NOISY5_A, NOISY5_B = [81.0, 79.0, 82.0, 78.0, 81.0], [80.0] * 5
+# TWO_SE: differences 3, 0, 3, 0, 4: mean 2, variance 14 / 4 = 3.5, SE 0.837: beyond two
+# standard errors (1.67), yet t = 2.39 < 2.776 (p = 0.075): not significant.
+TWO_SE_A, TWO_SE_B = [83.0, 80.0, 83.0, 80.0, 84.0], [80.0] * 5
+
+
+def test_beats_is_a_two_sided_paired_t_test_at_five_percent(capsys):
+    assert stats.claim_beats("A beats B", FIVE_A, FIVE_B) is True
     assert capsys.readouterr().out == (
-        "Checked: A beats B [+2.00 ± 0.58 points (paired, n=3, 2 SE = 1.15)]\n"
+        "Checked: A beats B [+2.00 points, 95% CI [+1.12, +2.88], t = 6.32, "
+        "p = 0.0032 (paired t-test, n=5)]\n"
     )
-    # With a margin of 1 point: 2 - 1 = 1 < 1.155, so it does not hold.
-    with pytest.raises(settings.ClaimError, match=r"margin 1\.00"):
-        stats.claim_beats("A beats B by a point", CLEAR_A, CLEAR_B, margin=1.0)
-    # 1/3 < 2 SE = 1.333: a mean difference inside the noise is no win.
-    with pytest.raises(settings.ClaimError, match=r"\+0\.33 ± 0\.67 points"):
-        stats.claim_beats("A beats B", NOISY_A, NOISY_B)
-    # B does not beat A either way round.
-    with pytest.raises(settings.ClaimError):
-        stats.claim_beats("B beats A", CLEAR_B, CLEAR_A)
+    # Two standard errors were the old rule; the t-test asks for more.
+    with pytest.raises(settings.ClaimError, match=r"t = 2\.39, p = 0\.075"):
+        stats.claim_beats("A beats B", TWO_SE_A, TWO_SE_B)
+    # With a margin of 1.5: differences 0.5, -0.5, 1.5, 0.5, 0.5, t = 1.58, p = 0.19.
+    with pytest.raises(settings.ClaimError, match=r"p = 0\.19.*margin of 1\.50"):
+        stats.claim_beats("A beats B by 1.5", FIVE_A, FIVE_B, margin=1.5)
+    with pytest.raises(settings.ClaimError, match=r"\+0\.20 points"):
+        stats.claim_beats("A beats B", NOISY5_A, NOISY5_B)
+    with pytest.raises(settings.ClaimError):  # significant, but the other way
+        stats.claim_beats("B beats A", FIVE_B, FIVE_A)
 
 
-def test_within_noise_is_the_opposite_test(capsys):
-    assert stats.claim_within_noise("no difference", NOISY_A, NOISY_B) is True
-    assert "2 SE = 1.33" in capsys.readouterr().out
-    with pytest.raises(settings.ClaimError, match="2 SE = 1.15"):
-        stats.claim_within_noise("no difference", CLEAR_A, CLEAR_B)
+def test_within_noise_is_a_confidence_interval_that_holds_zero(capsys):
+    assert stats.claim_within_noise("no difference", NOISY5_A, NOISY5_B) is True
+    assert "95% CI [-1.84, +2.24]" in capsys.readouterr().out
+    with pytest.raises(settings.ClaimError, match=r"95% CI \[\+1\.12, \+2\.88\]"):
+        stats.claim_within_noise("no difference", FIVE_A, FIVE_B)
 
 
 def test_order_names_the_outcome_and_checks_it(capsys):
-    # CLEAR: mean +2 > 2 SE = 1.15 either way round; NOISY: |1/3| <= 2 SE = 1.33.
-    assert stats.claim_order("A", CLEAR_A, "B", CLEAR_B) == "beats"
-    assert stats.claim_order("B", CLEAR_B, "A", CLEAR_A) == "trails"
-    assert stats.claim_order("A", NOISY_A, "B", NOISY_B) == "is within the noise of"
+    assert stats.claim_order("A", FIVE_A, "B", FIVE_B) == "beats"
+    assert stats.claim_order("B", FIVE_B, "A", FIVE_A) == "trails"
+    assert stats.claim_order("A", NOISY5_A, "B", NOISY5_B) == "is within the noise of"
+    assert stats.claim_order("A", TWO_SE_A, "B", TWO_SE_B) == "is within the noise of"
     out = capsys.readouterr().out.splitlines()
-    assert out[0].startswith("Checked: A beats B [+2.00 ± 0.58")
-    assert out[1].startswith("Checked: A beats B [+2.00 ± 0.58")  # the winner first
-    assert out[2].startswith("Checked: A and B are within the noise [+0.33 ± 0.67")
+    assert out[0].startswith("Checked: A beats B [+2.00 points, 95% CI [+1.12")
+    assert out[1].startswith("Checked: A beats B [+2.00 points")  # the winner first
+    assert out[2].startswith("Checked: A and B are within the noise [+0.20 points")
 
 
-def test_one_seed_cannot_separate_a_difference_from_noise(monkeypatch, capsys):
-    for check in (stats.claim_beats, stats.claim_within_noise):
-        with pytest.raises(settings.ClaimError, match="n=1: cannot separate"):
+def test_fewer_than_five_seeds_conclude_nothing(monkeypatch, capsys):
+    for check in (stats.claim_beats, stats.claim_within_noise, stats.claim_larger):
+        with pytest.raises(settings.ClaimError, match="n=3: fewer than 5 seeds"):
+            check("A beats B", CLEAR_A, CLEAR_B)
+        with pytest.raises(settings.ClaimError, match="n=1: fewer than 5 seeds"):
             check("A beats B", [90.0], [10.0])
     with pytest.raises(ValueError, match="a has 2, b has 1"):
         stats.claim_beats("A beats B", [90.0, 91.0], [10.0])
     monkeypatch.setenv("BOOK_SETTING", "quick")
-    assert stats.claim_beats("A beats B", [90.0], [10.0]) is False
+    assert stats.claim_order("A", CLEAR_A, "B", CLEAR_B) == "is not separable from"
     assert capsys.readouterr().out == (
         "Not shown in this short run (quick setting or dry run): "
-        "A beats B [n=1: cannot separate from noise]\n"
+        "A against B [n=3: fewer than 5 seeds, no verdict]\n"
     )
 
 
@@ -114,12 +129,12 @@ def test_a_false_comparison_only_reports_in_the_quick_setting_and_a_dry_run(
     for name in ("cpu", "gpu", "full"):
         monkeypatch.setenv("BOOK_SETTING", name)
         with pytest.raises(settings.ClaimError, match="contradicts"):
-            stats.claim_beats("A beats B", NOISY_A, NOISY_B)
+            stats.claim_beats("A beats B", NOISY5_A, NOISY5_B)
     monkeypatch.setenv("BOOK_SETTING", "quick")
-    assert stats.claim_beats("A beats B", NOISY_A, NOISY_B) is False
+    assert stats.claim_beats("A beats B", NOISY5_A, NOISY5_B) is False
     monkeypatch.setenv("BOOK_SETTING", "gpu")
     monkeypatch.setenv("BOOK_DRY_RUN", "1")
-    assert stats.claim_within_noise("no change", CLEAR_A, CLEAR_B) is False
+    assert stats.claim_within_noise("no change", FIVE_A, FIVE_B) is False
     assert stats.claim_above("above", [1.0], 2.0) is False
     out = capsys.readouterr().out
     assert out.count("Not shown in this short run") == 3
@@ -201,19 +216,15 @@ def test_larger_needs_a_two_sided_paired_t_test_at_five_percent(capsys):
     assert test.describe() == (
         "+2.00 points, 95% CI [-0.48, +4.48], t = 3.46, p = 0.074 (paired t-test, n=3)"
     )
-    with pytest.raises(settings.ClaimError, match=r"p = 0\.074"):
-        stats.claim_larger("A is larger", CLEAR_A, CLEAR_B)
-    # Differences 2.0, 2.1, 1.9: SD 0.1, t = 2 / (0.1 / sqrt 3) = 34.64,
-    # p = 1 - 34.64 / sqrt(34.64^2 + 2) = 0.00083.
-    a, b = [12.0, 12.1, 11.9], [10.0, 10.0, 10.0]
-    assert stats.claim_larger("A is larger", a, b)
+    # claim_larger is the same test: 5 seeds, p < 0.05 and a positive mean.
+    assert stats.claim_larger("A is larger", FIVE_A, FIVE_B)
     assert capsys.readouterr().out.startswith(
-        "Checked: A is larger [+2.00 points, 95% CI [+1.75, +2.25], t = 34.64, "
-        "p = 0.00083"
+        "Checked: A is larger [+2.00 points, 95% CI [+1.12, +2.88], t = 6.32"
     )
-    # The same test, the other way round: significant, but B is not larger.
+    with pytest.raises(settings.ClaimError, match=r"p = 0\.075"):
+        stats.claim_larger("A is larger", TWO_SE_A, TWO_SE_B)
     with pytest.raises(settings.ClaimError, match=r"-2\.00 points"):
-        stats.claim_larger("B is larger", b, a)
+        stats.claim_larger("B is larger", FIVE_B, FIVE_A)
 
 
 def test_a_t_test_without_spread_or_with_one_seed():

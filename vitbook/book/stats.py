@@ -5,25 +5,18 @@ Every helper here is built on :func:`~vitbook.book.settings.claim`: it prints
 stops the chapter in the cpu, gpu and full settings (only reports it in the quick setting
 and a dry run). Each returns whether the sentence held.
 
-* "A beats B" (:func:`claim_beats`) holds only when the mean of the paired differences
-  ``a[i] - b[i]`` (run ``i`` of both with seed ``i``) is more than two standard errors
-  above zero (above ``margin``); "no difference / within the noise"
-  (:func:`claim_within_noise`) only when it is at most two standard errors from zero.
-  With one seed neither can hold: one run cannot tell a difference from noise.
+* "A beats B" (:func:`claim_beats`, :func:`claim_larger`) holds only when a two-sided
+  paired t-test (``scipy.stats.ttest_rel``) over the seeds rejects equal means at 5% and
+  the mean of the paired differences ``a[i] - b[i]`` (run ``i`` of both with seed ``i``)
+  is above zero (above ``margin``): its 95% confidence interval lies above it. "No
+  difference / within the noise" (:func:`claim_within_noise`) holds when that interval
+  holds zero. Either needs at least :data:`MIN_SEEDS` seeds: with fewer, a test has too
+  little power to conclude anything, and the claim does not hold.
 * "above the baseline" (:func:`claim_above`): every seed's value above a fixed number,
   such as logistic regression's accuracy on the same images.
 * "falls like 1/sqrt(n)" (:func:`claim_slope`): the least-squares slope of log y against
   log x within ``tol`` of ``expected``; "grows with depth" (:func:`claim_trend`): every step
   (or, with ``all_steps=False``, the majority of pairs: Kendall's tau) in that direction.
-
-The standard error is the sample standard deviation of the differences (``n - 1`` in the
-denominator) over ``sqrt(n)``. Two standard errors are the normal approximation's 95%
-interval; with few seeds Student's t asks for more (4.30 SE at n=3, 2.78 at n=5), so a
-"beats" that holds here is a floor, not a significance test.
-
-"A is larger than B" as a significance test (:func:`claim_larger`): a two-sided paired
-t-test (``scipy.stats.ttest_rel``) over the seeds rejects equal means at 5% and the mean
-difference is positive; :func:`paired_t_test` gives the test's numbers.
 """
 
 from __future__ import annotations
@@ -37,6 +30,7 @@ from scipy import stats as scipy_stats
 from vitbook.book.settings import claim
 
 __all__ = [
+    "MIN_SEEDS",
     "PairedDifference",
     "PairedTTest",
     "claim_above",
@@ -52,7 +46,7 @@ __all__ = [
     "paired_t_test",
 ]
 
-ONE_SEED = "n=1: cannot separate from noise"
+MIN_SEEDS = 5  # the fewest seeds a comparison concludes from
 
 
 @dataclass(frozen=True)
@@ -171,6 +165,16 @@ def _with(sentence: str, numbers: str) -> str:
     return f"{sentence} [{numbers}]"
 
 
+def _too_few(sentence: str, a: Sequence[float], b: Sequence[float]) -> bool:
+    """Whether there are fewer than :data:`MIN_SEEDS` pairs; if so the claim is reported
+    as not holding, with the reason."""
+    n = len(_pair(a, b))
+    if n >= MIN_SEEDS:
+        return False
+    claim(_with(sentence, f"n={n}: fewer than {MIN_SEEDS} seeds, no verdict"), False)
+    return True
+
+
 def claim_beats(
     sentence: str,
     a: Sequence[float],
@@ -180,20 +184,16 @@ def claim_beats(
     unit: str = "points",
     digits: int = 2,
 ) -> bool:
-    """Check "A beats B (by more than ``margin``)" on per-seed paired results.
-
-    Holds when ``mean(a - b) - margin > 2 SE``: the difference is above ``margin`` by
-    more than two standard errors. With one seed it cannot hold (``n=1: cannot separate
-    from noise``).
-    """
-    if len(_pair(a, b)) == 1:
-        claim(_with(sentence, ONE_SEED), False)
+    """Check "A beats B (by more than ``margin``)" on per-seed paired results: a
+    two-sided paired t-test of ``a - b - margin`` rejects zero at 5% and the mean is
+    positive (the 95% interval lies above ``margin``). Needs :data:`MIN_SEEDS` seeds."""
+    if _too_few(sentence, a, b):
         return False
-    diff = paired_difference(a, b)
-    numbers = diff.describe(unit, digits)
+    test = paired_t_test([x - margin for x in _floats(a, "a")], b)
+    numbers = test.describe(unit, digits)
     if margin:
-        numbers += f"; margin {margin:.{digits}f}"
-    holds = diff.mean - margin > 2 * diff.se
+        numbers += f", over a margin of {margin:.{digits}f}"
+    holds = test.p < 0.05 and test.mean > 0
     claim(_with(sentence, numbers), holds)
     return holds
 
@@ -207,11 +207,11 @@ def claim_larger(
     unit: str = "points",
     digits: int = 2,
 ) -> bool:
-    """Check "A is larger than B" on per-seed paired results with a significance test.
-
-    Holds when a two-sided paired t-test rejects equal means at level ``alpha`` and the
-    mean of ``a - b`` is positive. Needs at least 2 seeds (ValueError otherwise).
-    """
+    """Check "A is larger than B" on per-seed paired results with a significance test:
+    a two-sided paired t-test rejects equal means at level ``alpha`` and the mean of
+    ``a - b`` is positive. Needs :data:`MIN_SEEDS` seeds."""
+    if _too_few(sentence, a, b):
+        return False
     test = paired_t_test(a, b)
     holds = test.p < alpha and test.mean > 0
     claim(_with(sentence, test.describe(unit, digits)), holds)
@@ -226,17 +226,14 @@ def claim_within_noise(
     unit: str = "points",
     digits: int = 2,
 ) -> bool:
-    """Check "A and B do not differ / the change is within the noise" on paired results.
-
-    Holds when ``|mean(a - b)| <= 2 SE``. With one seed there is no noise to compare with,
-    so it cannot hold either.
-    """
-    if len(_pair(a, b)) == 1:
-        claim(_with(sentence, ONE_SEED), False)
+    """Check "A and B do not differ / the change is within the noise" on paired results:
+    the paired t-test's 95% interval of ``a - b`` holds zero (p >= 0.05). Needs
+    :data:`MIN_SEEDS` seeds."""
+    if _too_few(sentence, a, b):
         return False
-    diff = paired_difference(a, b)
-    holds = abs(diff.mean) <= 2 * diff.se
-    claim(_with(sentence, diff.describe(unit, digits)), holds)
+    test = paired_t_test(a, b)
+    holds = test.p >= 0.05
+    claim(_with(sentence, test.describe(unit, digits)), holds)
     return holds
 
 
@@ -251,19 +248,19 @@ def claim_order(
 ) -> str:
     """How A stands against B on paired results, in words the prose can quote, checked.
 
-    ``"beats"`` when ``mean(a - b) > 2 SE``, ``"trails"`` when ``mean(a - b) < -2 SE``,
-    else ``"is within the noise of"``; the check printed (:func:`claim_beats` or
-    :func:`claim_within_noise`) states the outcome chosen, with its numbers, so a sentence
-    built from the words says what the data say. With one seed: ``"is not separable from"``.
+    ``"beats"`` when the paired t-test rejects at 5% with a positive mean, ``"trails"``
+    when it rejects with a negative one, else ``"is within the noise of"``; the check
+    printed (:func:`claim_beats` or :func:`claim_within_noise`) states the outcome chosen,
+    with its numbers, so a sentence built from the words says what the data say. With
+    fewer than :data:`MIN_SEEDS` seeds: ``"is not separable from"``.
     """
-    if len(_pair(a, b)) == 1:
-        claim(_with(f"{a_label} against {b_label}", ONE_SEED), False)
+    if _too_few(f"{a_label} against {b_label}", a, b):
         return "is not separable from"
-    diff = paired_difference(a, b)
-    if diff.mean > 2 * diff.se:
+    test = paired_t_test(a, b)
+    if test.p < 0.05 and test.mean > 0:
         claim_beats(f"{a_label} beats {b_label}", a, b, unit=unit, digits=digits)
         return "beats"
-    if -diff.mean > 2 * diff.se:
+    if test.p < 0.05:
         claim_beats(f"{b_label} beats {a_label}", b, a, unit=unit, digits=digits)
         return "trails"
     claim_within_noise(
