@@ -20,6 +20,8 @@ Exit status 1 if any chapter fails. Executed notebooks land in ``_build/colab-ch
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import json
 import os
 import re
@@ -285,6 +287,25 @@ def main(argv: list[str] | None = None) -> int:
     chapters = sorted((ROOT / "book").glob("[0-9][0-9]_*.ipynb"))
     if args.chapters:
         chapters = [p for p in chapters if p.name[:2] in args.chapters]
+    with _only_check_running():
+        return _check(chapters)
+
+
+@contextlib.contextmanager
+def _only_check_running():
+    """Hold .venv-colab for this check alone: a second check at the same time would
+    uninstall (restore) the packages this one's chapter is importing, from under its
+    kernel and the processes the kernel starts."""
+    VENV.parent.mkdir(parents=True, exist_ok=True)
+    with open(ROOT / ".venv-colab.lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            sys.exit("Another colab-check is running in this checkout; wait for it.")
+        yield
+
+
+def _check(chapters: list[Path]) -> int:
     python = build_venv()
     baseline = installed(python)
     direct, on_colab = package_names(), set(colab_versions())

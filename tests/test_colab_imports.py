@@ -324,3 +324,22 @@ def test_a_package_module_importing_an_extra_at_module_level_fails(tmp_path):
         "mlflow (imported at module level: not a dependency of the package)",
         "not_a_real_module_xyz (imported in a function: neither a dependency nor an extra)",
     ]
+
+
+def test_two_colab_checks_never_share_the_environment(monkeypatch):
+    """scripts/colab_check.py holds .venv-colab alone: a second check at the same time
+    stops at once instead of uninstalling packages from under the first one's chapter."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "colab_check", ROOT / "scripts" / "colab_check.py"
+    )
+    colab_check = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "colab_check", colab_check)  # for its dataclasses
+    spec.loader.exec_module(colab_check)
+    with colab_check._only_check_running():
+        with pytest.raises(SystemExit, match="Another colab-check is running"):
+            with colab_check._only_check_running():
+                pass
+    with colab_check._only_check_running():  # free again once the first one ends
+        pass
