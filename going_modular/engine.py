@@ -19,6 +19,8 @@ checkpoints, a time budget or several processes, plugs in through :class:`Hooks`
 from __future__ import annotations
 
 import contextlib
+import math
+import sys
 import time
 from collections.abc import Callable, Iterable
 
@@ -110,16 +112,48 @@ def _check_run(train_dataloader: Iterable | None, epochs: int) -> None:
         )
 
 
-def _check_parts(model: nn.Module, optimizer: torch.optim.Optimizer, device) -> None:
-    """Refuse, before any work, a device that is not there or an optimiser built over
-    another model's parameters."""
+def _check_loss_and_optimizer(loss_fn: Callable, optimizer: object) -> None:
+    """Refuse a loss class instead of a loss, and an optimizer that is not one (most
+    often the loss and the optimizer passed in each other's place)."""
+    if isinstance(loss_fn, type):
+        raise TypeError(
+            f"loss_fn is the class {loss_fn.__name__}, not a loss: pass an instance, "
+            f"e.g. nn.{loss_fn.__name__}()."
+        )
+    if not callable(loss_fn) or not hasattr(optimizer, "param_groups"):
+        raise TypeError(
+            f"optimizer is a {type(optimizer).__name__} and loss_fn a "
+            f"{type(loss_fn).__name__}: pass an optimizer (e.g. torch.optim.Adam("
+            "model.parameters())) and a loss (e.g. nn.CrossEntropyLoss()), in the order "
+            "model, train_dataloader, test_dataloader, optimizer, loss_fn."
+        )
+
+
+def _check_parts(
+    model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Callable, device
+) -> None:
+    """Refuse, before any work, a device that is not there, a loss or optimizer that is
+    not one, or an optimiser built over another model's parameters."""
     check_device(device)
+    _check_loss_and_optimizer(loss_fn, optimizer)
     ours = {id(p) for p in model.parameters()}
     if not any(id(p) in ours for g in optimizer.param_groups for p in g["params"]):
         raise ValueError(
             "The optimizer holds none of this model's parameters: build it over this "
             "model, e.g. torch.optim.Adam(model.parameters(), lr=1e-3)."
         )
+
+
+def _warn_if_not_finite(epoch: int, train_loss: float) -> bool:
+    """Print one line when ``epoch``'s training loss is NaN or infinite; whether it is."""
+    if math.isfinite(train_loss):
+        return False
+    print(
+        f"Warning: the training loss of epoch {epoch} is {train_loss}: the learning "
+        "rate may be too high (try 10 times lower).",
+        file=sys.stderr,
+    )
+    return True
 
 
 def _correct(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -151,7 +185,7 @@ def train_step(
     hooks: Hooks | None = None,
 ) -> tuple[float, float]:
     """Train ``model`` for one pass over ``dataloader``; return ``(train_loss, train_acc)``."""
-    _check_parts(model, optimizer, device)
+    _check_parts(model, optimizer, loss_fn, device)
     hooks = hooks or Hooks()
     model.train()
     loss_sum, correct, seen = 0.0, 0.0, 0  # kept on the device until the end
@@ -233,15 +267,17 @@ def train(
     (default ``loss_fn``) scores the test set, e.g. without a training loss's smoothing.
     ``test_dataloader=None`` only trains. Prints one line per epoch unless ``verbose``
     is False, and returns ``{"train_loss": [...], "train_acc": [...], "test_loss": [...],
-    "test_acc": [...]}``.
+    "test_acc": [...]}``. The first epoch whose training loss is not finite prints a
+    warning (training goes on, as the course's loop does).
     """
     _check_run(train_dataloader, epochs)
-    _check_parts(model, optimizer, device)
+    _check_parts(model, optimizer, loss_fn, device)
     hooks = hooks or Hooks()
     keys = COURSE_KEYS if test_dataloader is not None else COURSE_KEYS[:2]
     results: dict[str, list[float]] = {key: [] for key in keys}
     done = hooks.start(results)
     model.to(device)
+    warned = False  # about a training loss that is not finite: once
     for epoch in tqdm(range(done + 1, epochs + 1), disable=not verbose):
         batches = hooks.epoch_batches(epoch, train_dataloader)
         if batches is None:
@@ -250,6 +286,7 @@ def train(
         train_loss, train_acc = train_step(
             model, batches, loss_fn, optimizer, device, hooks=hooks, **options
         )
+        warned = warned or _warn_if_not_finite(epoch, train_loss)
         values = {"train_loss": train_loss, "train_acc": train_acc}
         trained = time.perf_counter()
         if test_dataloader is not None:

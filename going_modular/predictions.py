@@ -34,8 +34,10 @@ def load_rgb(path: str | Path) -> Image.Image:
     try:
         with Image.open(path) as image:
             return ImageOps.exif_transpose(image).convert("RGB")
-    except OSError as error:
-        raise ValueError(f"Cannot decode image {path}: {error}.") from None
+    except (OSError, Image.DecompressionBombError) as error:
+        raise ValueError(
+            f"Cannot decode image {path}: {str(error).rstrip('.')}."
+        ) from None
 
 
 def tensor_to_image(image: torch.Tensor) -> np.ndarray:

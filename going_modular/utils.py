@@ -90,6 +90,10 @@ def save_model(model: nn.Module, target_dir: str | Path, model_name: str) -> Pat
             "target_dir."
         )
     target = Path(target_dir)
+    if target.is_file():
+        raise NotADirectoryError(
+            f"target_dir {target} is a file: give a folder to save the model in."
+        )
     target.mkdir(parents=True, exist_ok=True)
     path = target / model_name
     state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
@@ -98,6 +102,19 @@ def save_model(model: nn.Module, target_dir: str | Path, model_name: str) -> Pat
     text = json.dumps(about, indent=1).encode()
     _write_atomically(path.with_name(path.name + ".json"), lambda f: f.write(text))
     return path
+
+
+def _build_config(about: Path) -> dict | None:
+    """The ``build_config`` recorded in ``about`` (the .json beside a model), or a
+    ValueError naming the file when it is not what :func:`save_model` wrote."""
+    try:
+        config = json.loads(about.read_text()).get("build_config")
+    except (ValueError, AttributeError) as error:
+        raise ValueError(
+            f"{about} is damaged ({error}): it should be the JSON that save_model wrote. "
+            "Pass the model instead, load_model(path, MyModel(...))."
+        ) from None
+    return config
 
 
 def load_model(path: str | Path, model: nn.Module | None = None) -> nn.Module:
@@ -121,11 +138,7 @@ def load_model(path: str | Path, model: nn.Module | None = None) -> nn.Module:
         )
     if model is None:
         about = path.with_name(path.name + ".json")
-        config = (
-            json.loads(about.read_text()).get("build_config")
-            if about.exists()
-            else None
-        )
+        config = _build_config(about) if about.exists() else None
         if not config:
             raise ValueError(
                 f"{path} does not say which model it holds (no build_config in "

@@ -11,6 +11,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -411,7 +412,9 @@ def test_a_cct_trains_with_the_recipe_and_a_time_budget(tmp_path, monkeypatch, c
     results = json.loads((run / "results.json").read_text())
     assert len(results["train_loss"]) == 1  # the budget stopped it during epoch 1
     assert math.isfinite(results["test_loss"][0])
-    assert results["status"] == "stopped" and "time budget" in results["stopped_because"]
+    assert (
+        results["status"] == "stopped" and "time budget" in results["stopped_because"]
+    )
     assert (run / "checkpoint.pth").is_file()  # kept: the run can go on
     printed = capsys.readouterr().out
     assert "[STAND-IN] CIFAR-10" in printed and "[INFO] Recipe cct-cifar-300" in printed
@@ -420,7 +423,44 @@ def test_a_cct_trains_with_the_recipe_and_a_time_budget(tmp_path, monkeypatch, c
     train.main(["--resume", str(run), "--time-budget", "30"])  # a larger budget
     results = json.loads((run / "results.json").read_text())
     assert results["status"] == "complete" and len(results["train_loss"]) == 3
+    assert "stopped_because" not in results  # said while it was stopped, not now
     assert not (run / "checkpoint.pth").exists()
+
+
+def test_an_epoch_the_time_budget_cut_short_is_recorded_and_said(
+    tiny_image_folder, tmp_path, monkeypatch, capsys
+):
+    build = cli.parts.build_model
+
+    def slow_step(module, inputs):  # each training step takes 20 ms at least
+        if module.training:
+            time.sleep(0.02)
+
+    def slow_model(*args, **kwargs):
+        model = build(*args, **kwargs)
+        model.register_forward_pre_hook(slow_step)
+        return model
+
+    monkeypatch.setattr(cli.parts, "build_model", slow_model)
+    out = tmp_path / "runs"
+    train.main(
+        ["--data-dir", str(tiny_image_folder), "--img-size", "8", "--batch-size", "4"]
+        + ["--epochs", "3", "--output-dir", str(out), "--time-budget", "0.0001"]
+    )  # 2 steps per epoch: the budget (6 ms) ends epoch 1 after its first step
+    run = (out / "latest").resolve()
+    results = json.loads((run / "results.json").read_text())
+    assert results["status"] == "stopped" and results["steps"] == [1]
+    assert results["cut_short_epochs"] == [1] and results["steps_per_epoch"] == 2
+    said = "[INFO] The time budget cut short epoch(s) 1 of this run (epoch 1: 1 of 2"
+    assert said in capsys.readouterr().out
+
+    train.main(["--resume", str(run), "--time-budget", "30"])
+    results = json.loads((run / "results.json").read_text())
+    assert results["status"] == "complete" and results["steps"] == [1, 2, 2]
+    assert results["cut_short_epochs"] == [1]
+    printed = capsys.readouterr().out
+    assert printed.count(said) == 2  # when it goes on, and when it is complete
+    assert printed.index(said) < printed.index("Epoch   2/3")
 
 
 # --- Stops and failures: the finished epochs are kept, one line says what happened --------------

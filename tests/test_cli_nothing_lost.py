@@ -333,3 +333,50 @@ def test_resume_of_a_run_in_training_names_the_run_folder(
         err = " ".join(_refused(["--resume", str(run)], capsys).split())
     assert f"--resume {run}: that run folder is in use" in err
     assert "--output-dir" not in err.split("error:")[-1]
+
+
+# --- Issue 53, probes53: what a refusal names -------------------------------------------
+
+
+def test_resume_without_its_checkpoint_says_it_is_missing_and_what_is_kept(
+    interrupted_run,  # noqa: F811
+    tmp_path,
+    capsys,
+):
+    run = interrupted_run(tmp_path / "runs")  # epoch 1 in model.pth and results.json
+    (run / "checkpoint.pth").unlink()
+    err = " ".join(_refused(["--resume", str(run)], capsys).split())
+    assert f"{run / 'checkpoint.pth'} is missing" in err
+    assert "1 epoch(s) are kept in model.pth and results.json" in err
+    assert "before its first epoch" not in err
+
+
+def test_resume_of_a_file_of_a_run_folder_says_to_pass_the_folder(
+    interrupted_run,  # noqa: F811
+    tmp_path,
+    capsys,
+):
+    run = interrupted_run(tmp_path / "runs")
+    err = " ".join(_refused(["--resume", str(run / "results.json")], capsys).split())
+    assert (
+        f"--resume {run / 'results.json'} is a file: pass the run folder, e.g. "
+        f"--resume {run}"
+    ) in err
+
+
+def test_a_class_folder_that_cannot_be_read_is_named_not_called_empty(
+    tiny_image_folder, tmp_path, monkeypatch, capsys
+):
+    locked, scandir = tiny_image_folder / "test" / "b", os.scandir
+
+    def without_permission(path="."):  # as chmod 000 does for a user other than root
+        if Path(path) == locked:
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
+        return scandir(path)
+
+    monkeypatch.setattr(os, "scandir", without_permission)
+    out = tmp_path / "runs"
+    err = " ".join(_refused(_own(tiny_image_folder, out), capsys).split())
+    assert f"{locked} cannot be read (Permission denied)" in err
+    assert "no images" not in err
+    assert not out.exists()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
 import stat
 
 import matplotlib.pyplot as plt
@@ -318,7 +319,9 @@ def test_the_course_script_refuses_a_model_dir_that_is_a_file_before_training(
             ["--train-dir", str(image_folder / "train"),
              "--test-dir", str(image_folder / "test"), "--model-dir", str(taken)]
         )  # fmt: skip
-    assert stop.value.code == 2 and "Epoch" not in capsys.readouterr().out
+    printed = capsys.readouterr()
+    assert stop.value.code == 2 and "Epoch" not in printed.out
+    assert f"--model-dir {taken} is a file: give a folder" in printed.err
     assert taken.read_text() == "mine"
 
 
@@ -329,3 +332,147 @@ def test_the_course_script_names_a_missing_folder_in_one_line(image_folder, caps
         )
     assert stop.value.code == 2
     assert "The training folder nope/train does not exist" in capsys.readouterr().err
+
+
+# Issue 53, probes53: mistakes that were silently wrong or raised a stranger's error.
+
+
+def _truncated_png(path):
+    """A PNG cut in half: it opens, but its pixels cannot be read."""
+    Image.fromarray(photos.chelsea()[:64, :64]).save(path)
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+def test_create_dataloaders_refuses_the_datasets_root_as_train_and_test(image_folder):
+    transform = transforms.ToTensor()
+    with pytest.raises(ValueError, match="same folder"):
+        data_setup.create_dataloaders(image_folder, image_folder, transform, 4)
+    with pytest.raises(ValueError, match="looks like the dataset's root") as refused:
+        data_setup.create_dataloaders(image_folder, image_folder / "test", transform, 4)
+    assert f"Pass {image_folder / 'train'} and {image_folder / 'test'}" in str(
+        refused.value
+    )
+
+
+def test_create_dataloaders_says_a_file_is_a_file(image_folder):
+    afile = next((image_folder / "train" / "cat").glob("*.jpg"))
+    with pytest.raises(NotADirectoryError, match=f"folder {afile} is a file"):
+        data_setup.create_dataloaders(
+            afile, image_folder / "test", transforms.ToTensor(), 4
+        )
+
+
+def test_create_dataloaders_refuses_a_transform_that_is_not_callable(image_folder):
+    with pytest.raises(TypeError, match="transform must turn an image into a tensor"):
+        data_setup.create_dataloaders(
+            image_folder / "train", image_folder / "test", "resize", 4
+        )
+
+
+def test_create_dataloaders_names_an_image_that_cannot_be_read(image_folder, tmp_path):
+    root = tmp_path / "data"
+    shutil.copytree(image_folder, root)
+    bad = root / "train" / "cat" / "cut.png"
+    _truncated_png(bad)
+    train_dataloader, _, _ = data_setup.create_dataloaders(
+        root / "train", root / "test", transforms.ToTensor(), 4
+    )
+    with pytest.raises(OSError, match=f"Cannot read image {bad}: image file is trunc"):
+        list(train_dataloader)
+
+
+def _course_args(image_folder, model_dir, *extra):
+    return [
+        "--train-dir", str(image_folder / "train"),
+        "--test-dir", str(image_folder / "test"),
+        "--epochs", "1", "--batch-size", "6", "--hidden-units", "2",
+        "--model-dir", str(model_dir), *extra,
+    ]  # fmt: skip
+
+
+def test_the_course_script_keeps_a_saved_model_unless_told_to_overwrite(
+    image_folder, tmp_path, capsys
+):
+    assert "--overwrite" in course_train._parser().format_help()
+    models = tmp_path / "models"
+    course_train.main(_course_args(image_folder, models))
+    saved = (models / "tinyvgg.pth").read_bytes()
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as stop:
+        course_train.main(_course_args(image_folder, models, "--seed", "3"))
+    printed = capsys.readouterr()
+    assert stop.value.code == 2 and "Epoch" not in printed.out
+    assert f"{models / 'tinyvgg.pth'} already holds a trained model" in printed.err
+    assert "another --model-dir, or --overwrite" in printed.err
+    assert (models / "tinyvgg.pth").read_bytes() == saved
+    course_train.main(_course_args(image_folder, models, "--seed", "3", "--overwrite"))
+    assert (models / "tinyvgg.pth").read_bytes() != saved
+
+
+def test_the_course_script_names_an_unreadable_image_before_training(
+    image_folder, tmp_path, capsys
+):
+    root = tmp_path / "data"
+    shutil.copytree(image_folder, root)
+    bad = root / "test" / "rocket" / "cut.png"
+    _truncated_png(bad)
+    with pytest.raises(SystemExit) as stop:
+        course_train.main(_course_args(root, tmp_path / "models"))
+    printed = capsys.readouterr()
+    assert stop.value.code == 2 and "Epoch" not in printed.out
+    assert f"Cannot read image {bad}: image file is truncated" in printed.err
+    assert not (tmp_path / "models" / "tinyvgg.pth").exists()
+
+
+def test_engine_train_refuses_a_loss_class_and_swapped_arguments():
+    model, loader = TinyVGG(3, 4, 3, img_size=16), _tiny_loaders()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    with pytest.raises(
+        TypeError, match=r"pass an instance, e\.g\. nn\.CrossEntropyLos"
+    ):
+        engine.train(
+            model, loader, loader, optimizer, torch.nn.CrossEntropyLoss, 1, "cpu"
+        )
+    with pytest.raises(
+        TypeError, match="optimizer is a CrossEntropyLoss and loss_fn a SGD"
+    ):
+        engine.train(model, loader, loader, loss_fn, optimizer, 1, "cpu")
+    with pytest.raises(TypeError, match="optimizer, loss_fn"):
+        engine.train_step(model, loader, optimizer, loss_fn, "cpu")
+
+
+def test_engine_train_warns_once_when_the_training_loss_is_not_finite(capsys):
+    model, loader = TinyVGG(3, 4, 3, img_size=16), _tiny_loaders()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+
+    def nan_loss(logits, y):
+        return torch.nn.functional.cross_entropy(logits, y) * math.nan
+
+    quiet = {"epochs": 2, "device": "cpu", "verbose": False}
+    engine.train(model, loader, None, optimizer, torch.nn.CrossEntropyLoss(), **quiet)
+    assert capsys.readouterr().err == ""  # finite: nothing said
+    results = engine.train(model, loader, None, optimizer, nan_loss, **quiet)
+    assert all(math.isnan(loss) for loss in results["train_loss"])  # training went on
+    warnings = capsys.readouterr().err.strip().splitlines()
+    assert warnings == [
+        "Warning: the training loss of epoch 1 is nan: the learning rate may be too "
+        "high (try 10 times lower)."
+    ]
+
+
+def test_save_model_says_a_target_dir_that_is_a_file(tmp_path):
+    taken = tmp_path / "afile"
+    taken.write_text("mine")
+    with pytest.raises(NotADirectoryError, match=f"target_dir {taken} is a file"):
+        utils.save_model(TinyVGG(), taken, "m.pth")
+    assert taken.read_text() == "mine"
+
+
+def test_load_model_names_a_damaged_json_beside_the_model(tmp_path):
+    model = model_builder.build_model("tinyvgg", num_classes=3, img_size=16)
+    path = utils.save_model(model, tmp_path, "m.pth")
+    about = tmp_path / "m.pth.json"
+    about.write_text("{bad json")
+    with pytest.raises(ValueError, match=f"{about} is damaged"):
+        utils.load_model(path)

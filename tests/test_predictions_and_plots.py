@@ -8,6 +8,7 @@ matplotlib.use("Agg")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
+from PIL import Image  # noqa: E402
 from torch import nn  # noqa: E402
 from torchvision import transforms  # noqa: E402
 
@@ -117,3 +118,11 @@ def test_a_dollar_in_a_title_is_drawn_literally():
     figure.canvas.draw()  # as maths "$x_$" is a syntax error (ValueError)
     assert figure._suptitle.get_text() == r"run in data/\$x_\$"
     matplotlib.pyplot.close(figure)
+
+
+def test_prediction_on_too_many_pixels_names_the_file(tmp_path, monkeypatch):
+    huge = tmp_path / "huge.png"
+    Image.new("L", (64, 64)).save(huge)
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 1000)  # 4096 pixels: a "bomb"
+    with pytest.raises(ValueError, match=f"Cannot decode image {huge}: .*pixels"):
+        predictions.pred_and_plot_image(_AlwaysSecond(), ["a", "b", "c"], huge)

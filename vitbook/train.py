@@ -32,7 +32,7 @@ supplies the defaults of ``--epochs``, ``--batch-size``, ``--lr``, ``--weight-de
 ``--warmup-epochs`` and ``--label-smoothing``; options given explicitly override them.
 ``--time-budget MINUTES`` stops training when the time is spent (see ``vitbook.training.loop.fit``):
 the run is marked ``stopped`` and keeps its checkpoint, so ``--resume`` with a larger budget
-continues it.
+continues it; an epoch it cut short is listed in results.json's ``cut_short_epochs``.
 
 The CLI reads none of the book's ``BOOK_*`` variables; its own switches say what they do:
 ``--offline`` never touches the network, ``--data-root PATH`` is where datasets land and
@@ -216,7 +216,34 @@ def _resumed_run(
     if ranks.is_main(ctx):
         current.write_results(current.record, resumed.results)
     print(f"[INFO] Continuing the run in {current.dir}")
+    _say_cut_short(current.record, resumed.results)
     return current, train_dl, test_dl, recipe
+
+
+def _full_epoch_steps(train_dl: DataLoader, recipe: Recipe, model: nn.Module) -> int:
+    """The training steps of an epoch no time budget cuts short: the loader's batches,
+    at most ``recipe.max_steps_per_epoch``, less a last batch of one image, which
+    :func:`~vitbook.training.loop.fit` skips for a model with BatchNorm."""
+    steps = len(train_dl)
+    if recipe.max_steps_per_epoch is not None and recipe.max_steps_per_epoch < steps:
+        return recipe.max_steps_per_epoch
+    last = len(train_dl.sampler) - (steps - 1) * (train_dl.batch_size or 1)
+    batchnorm = any(
+        isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules()
+    )
+    return steps - int(last == 1 and batchnorm and not train_dl.drop_last)
+
+
+def _say_cut_short(record: dict, results: dict) -> None:
+    """Print which epochs the time budget cut short (``cut_short_epochs``), if any."""
+    cut = record.get("cut_short_epochs", [])
+    if cut:
+        steps = ", ".join(f"epoch {e}: {results['steps'][e - 1]}" for e in cut)
+        print(
+            f"[INFO] The time budget cut short epoch(s) {', '.join(map(str, cut))} of "
+            f"this run ({steps} of {record['steps_per_epoch']} training steps; "
+            "cut_short_epochs in results.json)."
+        )
 
 
 def _finish_after(epochs: int, stops: runs.StopSignals) -> Callable[[int, dict], bool]:
@@ -238,22 +265,26 @@ def _save(
     stops: runs.StopSignals,
     ctx: Distributed | None,
     planned: int,
+    full_steps: int,
 ) -> None:
     """Save the run (rank 0): complete, or ``stopped`` by its time budget before its last
     epoch (its checkpoint kept, so ``--resume`` with a larger ``--time-budget`` continues
-    it); then the optional steps. A signal meanwhile waits."""
+    it; an epoch it cut short, with fewer than ``full_steps`` training steps, is recorded
+    in ``cut_short_epochs``); then the optional steps. A signal meanwhile waits."""
     stops.finish()
     if not ranks.is_main(ctx):
         return
     done = len(results["train_loss"])
-    record = current.record | {
-        "status": "complete" if done >= planned else "stopped",
-        "epochs_completed": done,
-    }
+    record = {k: v for k, v in current.record.items() if k != "stopped_because"}
+    record |= {"status": "complete" if done >= planned else "stopped"}
+    record["epochs_completed"] = done
     if done < planned:
         record["stopped_because"] = (
             f"its time budget of {config.time_budget:g} min ran out"
         )
+        if results["steps"][-1] < full_steps:
+            cut = record.get("cut_short_epochs", [])
+            record |= {"cut_short_epochs": [*cut, done], "steps_per_epoch": full_steps}
     with kept_if_stopped(current):
         current.save(record, results)
     if done >= planned:
@@ -264,6 +295,7 @@ def _save(
     log = functools.partial(_log_to_mlflow, config) if config.mlflow else None
     current.finish(record, results, log)
     print(f"[INFO] Saved the run to {current.dir}")
+    _say_cut_short(record, results)
     if done < planned:
         print(
             f"[INFO] The time budget stopped it after {done} of {planned} epochs; to "
@@ -327,7 +359,8 @@ def run(
                 callbacks=[_finish_after(recipe.epochs, stops)],
                 distributed=ctx,
             )
-        _save(config, current, results, stops, ctx, recipe.epochs)
+        full_steps = _full_epoch_steps(train_dl, recipe, model)
+        _save(config, current, results, stops, ctx, recipe.epochs, full_steps)
         return results
 
 

@@ -139,6 +139,11 @@ def saved_run(resume: Path) -> tuple[Path, dict]:
     missing = _missing(resume)
     if missing is not None:
         raise missing
+    if resume.is_file() and resume.name != runs.LATEST:  # latest may be a pointer file
+        raise UsageError(
+            f"--resume {resume} is a file: pass the run folder, e.g. --resume "
+            f"{resume.parent}"
+        )
     run_dir = runs.resolve_run(resume)
     saved = _results(resume, run_dir)
     if saved.get("status") == "complete":
@@ -154,6 +159,12 @@ def saved_run(resume: Path) -> tuple[Path, dict]:
             f"training state is lost ({saved.get('epochs_completed')} epoch(s) are "
             f"kept in {runs.MODEL} and {runs.RESULTS}). Put back the file, or start "
             "a new run"
+        )
+    if not checkpoint.is_file() and saved.get("epochs_completed"):
+        raise UsageError(
+            f"--resume {resume}: {checkpoint} is missing, so the run's training state "
+            f"is lost ({saved['epochs_completed']} epoch(s) are kept in {runs.MODEL} "
+            f"and {runs.RESULTS}). Put back the file, or start a new run"
         )
     if not checkpoint.is_file():
         raise UsageError(

@@ -245,13 +245,25 @@ def is_hidden(path: str | Path, root: str | Path) -> bool:
     return any(part.startswith(".") for part in Path(path).relative_to(root).parts)
 
 
+def _unlisted(error: OSError) -> None:
+    """Refuse a folder :func:`os.walk` cannot list (which it would skip in silence)."""
+    raise ValueError(
+        f"{shown(error.filename)} cannot be read ({error.strerror or error}), so its "
+        "images cannot be listed. Give it read permission (chmod u+rx), or move it out "
+        "of the data folder."
+    )
+
+
 def _walk_once(
     folder: str, seen: dict[tuple[int, int], str]
 ) -> Iterable[tuple[str, list[str]]]:
     """``(folder, files)`` below ``folder``, following links to folders but not hidden
     folders; a folder already in ``seen`` (a link loop, or two links to one folder) is
-    refused, since its images would be counted again."""
-    for dirpath, dirnames, filenames in os.walk(folder, followlinks=True):
+    refused, since its images would be counted again, and so is a folder that cannot be
+    listed (no permission), whose images would be missed."""
+    for dirpath, dirnames, filenames in os.walk(
+        folder, onerror=_unlisted, followlinks=True
+    ):
         status = os.stat(dirpath)
         key = (status.st_dev, status.st_ino)
         if key in seen:
