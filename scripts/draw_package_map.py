@@ -49,6 +49,19 @@ LAYERS = [
             "vitbook.book.explorers",
             "vitbook.book.self_check",
             "vitbook.book.widgets",
+            "vitbook.book.exercises",
+            "vitbook.book.exercises.ch00",
+            "vitbook.book.exercises.ch01",
+            "vitbook.book.exercises.ch02",
+            "vitbook.book.exercises.ch03",
+            "vitbook.book.exercises.ch04",
+            "vitbook.book.exercises.ch05",
+            "vitbook.book.exercises.ch08",
+            "vitbook.book.exercises.ch14",
+            "vitbook.book.built.ch02",
+            "vitbook.book.built.ch03",
+            "vitbook.book.built.ch04",
+            "vitbook.book.built.ch05",
         ],
     ),
     (
@@ -252,7 +265,12 @@ def _slots(modules: list[str]) -> list[tuple[str, list[str]]]:
 
 def _rows(modules: list[str]) -> int:
     """Rows of module boxes a layer needs (a nested box takes one slot per submodule)."""
-    return -(-sum(max(1, len(children)) for _, children in _slots(modules)) // SLOTS)
+    return -(-sum(_span(children) for _, children in _slots(modules)) // SLOTS)
+
+
+def _span(children: list[str]) -> int:
+    """Slots a module takes: one, or one per submodule up to a whole row."""
+    return min(max(1, len(children)), SLOTS)
 
 
 def _layers_of(package: str) -> list[tuple]:
@@ -293,7 +311,7 @@ def _module(ax: Axes, x: float, y: float, name: str, colour: str) -> None:
 def _nested(ax: Axes, x0: float, y: float, name: str, children: list[str]) -> None:
     """A package whose own module holds code, as one box spanning a slot per submodule
     from ``x0``, its submodules inside."""
-    margin, span = (SLOT_W - BOX_W) / 2, len(children) * SLOT_W
+    margin, span = (SLOT_W - BOX_W) / 2, _span(children) * SLOT_W
     ax.add_patch(
         FancyBboxPatch(
             (x0 + margin, y - BOX_H / 2),
@@ -334,7 +352,7 @@ def _layer(ax: Axes, top: float, layer: tuple) -> float:
     ax.text(1.5, top - HEAD_H / 2, what, va="center", fontsize=9.5, color=GREY)
     slot = 0
     for name, children in _slots(modules):
-        span = max(1, len(children))
+        span = _span(children)
         if slot % SLOTS + span > SLOTS:
             slot += SLOTS - slot % SLOTS  # a nested box does not break across rows
         row, column = divmod(slot, SLOTS)

@@ -333,7 +333,10 @@ def dry_run_environment(root: Path) -> Iterator[dict[str, str]]:
     from vitbook.data.datasets import prepare_fashion_mnist
 
     data, mirror = root / "data", root / "mirror"
-    prepare_fashion_mnist(data)
+    checkout_data = Path(__file__).resolve().parents[1] / "data"
+    prepare_fashion_mnist(checkout_data)  # `make data` has done it: a quick check
+    data.mkdir(parents=True)
+    (data / "FashionMNIST").symlink_to(checkout_data / "FashionMNIST", True)
     make_cifar10_tarball(mirror)
     make_mnist_gz(mirror)
     make_vit_b_16_weights(root / "torch_home")

@@ -239,6 +239,12 @@ PAGE_CHECKS = r"""
 }
 """.replace("MIN_SCALE", str(MIN_FIGURE_SCALE))
 
+# The checked exercises' hints and solutions: how many are open; open them all.
+FOLDED_OPEN = "() => [...document.querySelectorAll('details.vx-exercise')].filter(d => d.open).length"
+OPEN_FOLDED = (
+    "() => document.querySelectorAll('details.vx-exercise').forEach(d => d.open = true)"
+)
+
 # Opens every folded solution by clicking its title; returns the ids that stayed folded.
 OPEN_SOLUTIONS = """
 async () => {
@@ -307,8 +313,24 @@ def test_page_in_the_browser(browser, name):
     problems = {"solutions": [], "launch": []}
     n_ex = page.locator(".exercise").count()
     n_sol = page.locator(".solution").count()
-    if page.locator("section[id$='exercises']").count() and not n_ex:
-        problems["solutions"].append("an Exercises section without {exercise}s")
+    # Checked exercises (vitbook.book.exercises): hints and solutions are <details>
+    n_folded = page.locator("details.vx-exercise").count()
+    if page.locator("section[id$='exercises']").count() and not (n_ex or n_folded):
+        problems["solutions"].append("an Exercises section without exercises")
+    if n_folded:
+        shown = page.evaluate(FOLDED_OPEN)
+        if shown:
+            problems["solutions"].append(
+                f"{shown} hints or solutions open before a click"
+            )
+        page.locator("details.vx-exercise summary").first.click()
+        if not page.evaluate(FOLDED_OPEN):
+            problems["solutions"].append(
+                "a click on a solution's summary did not open it"
+            )
+        page.evaluate(OPEN_FOLDED)
+        check_widths(opened=True)  # every hint and solution open
+        page.set_viewport_size({"width": 1400, "height": 1000})
     if n_ex != n_sol:
         problems["solutions"].append(f"{n_ex} exercises, {n_sol} solutions")
     if n_sol:  # a reader's click anywhere on the title opens the first one

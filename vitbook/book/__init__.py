@@ -12,6 +12,19 @@ Only this part reads ``BOOK_*`` variables; the rest of ``vitbook`` never imports
 ``book.explorers``       interactive explorers that work offline on the rendered page
 ``book.widgets``         the same explorers live (ipywidgets) where a kernel runs
 ``book.self_check``      self-check questions, answers folded until clicked
+``book.exercises``       exercises a student can check: ``check``, ``hint``, ``solution``
+``book.exercises.ch00``  chapter 0's exercises
+``book.exercises.ch01``  chapter 1's exercises
+``book.exercises.ch02``  chapter 2's exercises
+``book.exercises.ch03``  chapter 3's exercises
+``book.exercises.ch04``  chapter 4's exercises
+``book.exercises.ch05``  chapter 5's exercises
+``book.exercises.ch08``  chapter 8's exercises
+``book.exercises.ch14``  chapter 14's exercises
+``book.built.ch02``      chapter 2's ``PatchEmbedding``, as the chapter writes it
+``book.built.ch03``      chapter 3's ``Attention``, as the chapter writes it
+``book.built.ch04``      chapter 4's ``Mlp`` and ``Block``, as the chapter writes it
+``book.built.ch05``      chapter 5's ``ViT``, assembled from chapters 2-4, as the chapter writes it
 """
 
 __all__: list[str] = []

@@ -4,3 +4,5 @@ from chapters 2-4 (each chapter runs alone, so it imports what earlier chapters 
 here). ``tests/book/test_built.py`` checks each class against its chapter's cell; the final
 proof, a strict ``load_state_dict`` into the package's classes, is chapter 5's.
 """
+
+__all__: list[str] = []
