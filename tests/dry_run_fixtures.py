@@ -340,8 +340,8 @@ def dry_run_environment(root: Path) -> Iterator[dict[str, str]]:
     make_cifar10_tarball(mirror)
     make_mnist_gz(mirror)
     make_vit_b_16_weights(root / "torch_home")
-    make_food_zip(mirror / "pizza_steak_sushi.zip", 8, 4)
-    make_food_zip(mirror / "pizza_steak_sushi_20_percent.zip", 12, 4, seed=1)
+    make_food_zip(mirror / "pizza_steak_sushi.zip", 1, 1)
+    make_food_zip(mirror / "pizza_steak_sushi_20_percent.zip", 4, 2, seed=1)
     with serve(mirror) as url:
         guard = write_network_guard(root / "network_guard", url, mirror_md5s(mirror))
         python_path = os.pathsep.join(
