@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import html
 import importlib
+import inspect
 import pkgutil
 import traceback
 from collections.abc import Callable, Sequence
@@ -28,6 +29,8 @@ __all__ = [
     "Verdict",
     "____",
     "chapter_exercises",
+    "check_letter",
+    "reference_source",
 ]
 
 Answer = Callable[[], tuple]  # builds the arguments passed to check()
@@ -188,6 +191,21 @@ def _show(shown: object) -> None:
         display(shown)
     else:
         print(repr(shown))
+
+
+def check_letter(answer: object, right: str, wrong: dict[str, str]) -> None:
+    """Check a one-letter answer: raise :class:`Mistake` with the words for a wrong one."""
+    letter = str(answer).strip().strip("\"'()").lower()
+    if letter in wrong:
+        raise Mistake(f"({letter}) {wrong[letter]}")
+    if letter != right:
+        raise Mistake(f"answer with one letter among {sorted([right, *wrong])}.")
+
+
+def reference_source(function: Callable, answer: str | None = None) -> str:
+    """A reference function's source (and the letter answer) as solution code."""
+    code = inspect.getsource(function)
+    return code + (f'\n\nanswer = "{answer}"\n' if answer else "")
 
 
 def chapter_exercises() -> dict[str, dict[str, Exercise]]:

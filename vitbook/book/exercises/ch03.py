@@ -3,7 +3,6 @@ multi-head attention, a causal mask, and attention's indifference to token order
 
 from __future__ import annotations
 
-import inspect
 import math
 
 import torch
@@ -11,28 +10,18 @@ from torch import nn
 
 from going_modular.models.layers import Attention as PackageAttention
 from vitbook.book.built.ch03 import Attention
-from vitbook.book.exercises import Exercise, Mistake
+from vitbook.book.exercises import (
+    Exercise,
+    Mistake,
+    check_letter,
+    reference_source,
+)
 
 __all__ = ["ex1", "ex2", "ex3", "ex4"]
 
 
-def _letter(answer: object, right: str, wrong: dict[str, str]) -> None:
-    """Check a one-letter answer: raise :class:`Mistake` with the words for a wrong one."""
-    letter = str(answer).strip().strip("\"'()").lower()
-    if letter in wrong:
-        raise Mistake(f"({letter}) {wrong[letter]}")
-    if letter != right:
-        raise Mistake(f"answer with one letter among {sorted([right, *wrong])}.")
-
-
 def _close(actual: torch.Tensor, expected: torch.Tensor) -> bool:
     return torch.allclose(actual, expected, rtol=1e-4, atol=1e-4)
-
-
-def _solution(function, answer: str | None = None) -> str:
-    """A reference function's source (and the letter answer) as solution code."""
-    code = inspect.getsource(function)
-    return code + (f'\n\nanswer = "{answer}"\n' if answer else "")
 
 
 # Exercise 1: why sqrt(d_k)?
@@ -64,7 +53,7 @@ def _check_scaled_logits(function, answer) -> str:
         if not _close(logits, raw / math.sqrt(d_k)):
             raise Mistake(_what_is_wrong(logits, raw, d_k))
         found.append((d_k, logits.var().item(), _peak(logits), _peak(raw)))
-    _letter(
+    check_letter(
         answer,
         "b",
         {
@@ -121,7 +110,7 @@ ex1 = Exercise(
         "every query against every key are q @ k.transpose(-2, -1). For the question, "
         "think of what a softmax does with inputs that spread over a range of 30 or more."
     ),
-    solution_code=_solution(scaled_logits, "b"),
+    solution_code=reference_source(scaled_logits, "b"),
     explanation=(
         "A dot product of two vectors with d_k independent entries of mean 0 and "
         "variance 1 is a sum of d_k products of variance 1, so its variance is d_k. "
@@ -202,7 +191,7 @@ ex2 = Exercise(
         "Attention has two Linear layers, qkv and proj. A Linear(n_in, n_out) holds an "
         "(n_out, n_in) weight and n_out biases. Which of those sizes depend on heads?"
     ),
-    solution_code=_solution(attention_params),
+    solution_code=reference_source(attention_params),
     explanation=(
         "qkv holds a (3D, D) weight and 3D biases, proj a (D, D) weight and D biases: "
         "3D^2 + 3D + D^2 + D = 4D^2 + 4D. The number of heads only decides how the 3D "
@@ -260,7 +249,7 @@ def _check_causal_mask(function, answer) -> str:
                 f"causal_mask({n}) differs from the lower-triangular mask in "
                 f"{(mask != expected).sum().item()} places."
             )
-    _letter(
+    check_letter(
         answer,
         "b",
         {
@@ -284,7 +273,7 @@ ex3 = Exercise(
         "on and below the diagonal, j <= i. For the question: what would the class "
         "token, at position 0, see under such a mask?"
     ),
-    solution_code=_solution(causal_mask, "b"),
+    solution_code=reference_source(causal_mask, "b"),
     explanation=(
         "A language model predicts token i + 1 from tokens 0 to i, so in training "
         "token i must not see the future it is asked to predict. The ViT predicts "
@@ -348,7 +337,7 @@ def _check_shuffle_and_restore(function, answer) -> str:
             f"{(restored - out).abs().max():.3g}: shuffle the tokens (dimension 1) "
             "with x[:, perm], then undo it on the output."
         )
-    _letter(
+    check_letter(
         answer,
         "b",
         {
@@ -371,7 +360,7 @@ ex4 = Exercise(
         "x[:, perm] reorders the tokens of every image of the batch. The permutation "
         "that undoes perm is perm.argsort(): position perm[i] goes back to i."
     ),
-    solution_code=_solution(shuffle_and_restore, "b"),
+    solution_code=reference_source(shuffle_and_restore, "b"),
     explanation=(
         "Attention is permutation-equivariant: every token is compared with every "
         "other one by the same projections, and the softmax and the weighted sum do "

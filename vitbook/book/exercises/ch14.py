@@ -4,31 +4,20 @@ ends (BatchNorm)."""
 
 from __future__ import annotations
 
-import inspect
 import math
 
 import torch
 from torch import nn
 from torch.utils.data.distributed import DistributedSampler
 
-from vitbook.book.exercises import Exercise, Mistake
+from vitbook.book.exercises import (
+    Exercise,
+    Mistake,
+    check_letter,
+    reference_source,
+)
 
 __all__ = ["ex1", "ex2", "ex3", "ex4"]
-
-
-def _letter(answer: object, right: str, wrong: dict[str, str]) -> None:
-    """Check a one-letter answer: raise :class:`Mistake` with the words for a wrong one."""
-    letter = str(answer).strip().strip("\"'()").lower()
-    if letter in wrong:
-        raise Mistake(f"({letter}) {wrong[letter]}")
-    if letter != right:
-        raise Mistake(f"answer with one letter among {sorted([right, *wrong])}.")
-
-
-def _solution(function, answer: str | None = None) -> str:
-    """A reference function's source (and the letter answer) as solution code."""
-    code = inspect.getsource(function)
-    return code + (f'\n\nanswer = "{answer}"\n' if answer else "")
 
 
 # Exercise 1: bytes on the wire
@@ -96,7 +85,7 @@ ex1 = Exercise(
         "reduce-scatter phase each rank sends one chunk per step for N-1 steps; the "
         "all-gather phase does the same again. A float32 value is 4 bytes."
     ),
-    solution_code=_solution(ring_bytes),
+    solution_code=reference_source(ring_bytes),
     explanation=(
         "Each phase sends (N-1)/N of the gradients' bytes, and there are two phases, so "
         "2 (N-1)/N x 4P bytes: for ViT-B/16 (86.6 M gradients) on 8 GPUs about 606 MB "
@@ -176,7 +165,7 @@ ex2 = Exercise(
         "repeats indices from the start until there are N x ceil(n / N) of them. In "
         "Python, ceil(a / b) for integers is -(-a // b)."
     ),
-    solution_code=_solution(sampler_padding),
+    solution_code=reference_source(sampler_padding),
     explanation=(
         "Each rank gets ceil(10001 / 8) = 1251 images, 10,008 in all, so the first 7 "
         "are evaluated twice: an accuracy off by at most 0.07 points here, but with a "
@@ -258,7 +247,7 @@ def _check_scaled_lr(function, answer) -> str:
                 f"{where}: you inverted the ratio; a larger batch gets a larger rate."
             )
         raise Mistake(f"{where}, not {got:g}.")
-    _letter(
+    check_letter(
         answer,
         "b",
         {
@@ -285,7 +274,7 @@ ex3 = Exercise(
         "question, call scaling_gaps() and look at how the gap changes when the rate "
         "is multiplied by 10."
     ),
-    solution_code=_solution(scaled_lr, "b"),
+    solution_code=reference_source(scaled_lr, "b"),
     explanation=(
         "One step of k b examples at rate k eta moves the weights by k eta times the "
         "mean gradient at the start; k steps of b examples at rate eta move them by eta "
@@ -371,7 +360,7 @@ def _check_two_ranks(function, answer) -> str:
                 f"by {_relative(theirs, right):.1e} of its size)."
             )
         gaps[batchnorm] = _relative(theirs, whole)
-    _letter(
+    check_letter(
         answer,
         "b",
         {
@@ -397,7 +386,7 @@ ex4 = Exercise(
         "p.grad. For the question: what does BatchNorm compute from the batch in "
         "training mode?"
     ),
-    solution_code=_solution(two_rank_gradient, "b"),
+    solution_code=reference_source(two_rank_gradient, "b"),
     explanation=(
         "Without BatchNorm each example's loss depends on that example alone, so the "
         "average of the halves' gradients is the whole batch's, to rounding. With "
