@@ -13,8 +13,12 @@ from markdown_it import MarkdownIt
 
 BOOK = Path(__file__).resolve().parents[2] / "book"
 CHAPTERS = sorted(BOOK.glob("[0-9][0-9]_*.ipynb"))
-# Chapters whose experiments issue 51 rebuilds: converted together with that rebuild.
-NOT_YET = {"06", "07", "09", "10", "11", "12", "13"}
+EXERCISES = Path(__file__).resolve().parents[2] / "vitbook" / "book" / "exercises"
+# Chapters whose experiments issue 51 rebuilds are converted together with that rebuild,
+# which gives them their checked exercises: until then they are expected to fail here.
+NOT_YET = {
+    p.name[:2] for p in CHAPTERS if not (EXERCISES / f"ch{p.name[:2]}.py").exists()
+}
 
 _RAW_MYST = [
     (

@@ -93,15 +93,10 @@ def test_the_notebook_offers_check_hint_and_solution(chapter):
     assert "____" in code  # a starter cell with blanks
 
 
+# Chapters converted with issue 51's rebuild (until then without checked exercises)
 NOT_YET = {
-    "06",
-    "07",
-    "09",
-    "10",
-    "11",
-    "12",
-    "13",
-}  # converted with issue 51's rebuild
+    n for n in ("06", "07", "09", "10", "11", "12", "13") if f"ch{n}" not in EXERCISES
+}
 
 
 @pytest.mark.parametrize(
