@@ -34,6 +34,7 @@ data: $(STAMP)
 
 book: $(STAMP)
 	$(VENV)/bin/jupyter-book build . --warningiserror --keep-going
+	$(PY) scripts/one_script_per_page.py _build/html
 
 # The browser test (tests/test_browser.py) reads the book that `book` has just built. The dry
 # run (tests/test_dry_run.py) sets its own environment for each chapter it executes.

@@ -28,6 +28,7 @@ import os
 import shutil
 import subprocess
 import sys
+from importlib.resources import files
 from pathlib import Path
 
 import pytest
@@ -108,6 +109,14 @@ def browser(tmp_path_factory):
         jb = Path(sys.executable).with_name("jupyter-book")
         subprocess.run(
             [str(jb), "build", str(ROOT), "--warningiserror", "--keep-going"],
+            check=True,
+        )
+        subprocess.run(  # as make book does
+            [
+                sys.executable,
+                str(ROOT / "scripts" / "one_script_per_page.py"),
+                str(HTML),
+            ],
             check=True,
         )
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
@@ -366,7 +375,7 @@ def test_page_in_the_browser(browser, name):
 EXPLORERS = {
     "book/01_reading_the_paper": 1,  # the size calculator
     "book/02_patch_embedding": 1,  # patches and positions
-    "book/03_multihead_self_attention": 1,  # attention, untrained ViT-B/16
+    "book/03_multihead_self_attention": 1,  # attention, chapter 7's trained small ViT
     "book/06_training_from_scratch": 1,  # the schedule
     "book/07_transfer_learning": 1,  # attention, the pre-trained ViT
     "book/09_vit_lite_cvt_cct": 2,  # the calculator with tokenizers; CCT attention
@@ -400,6 +409,13 @@ def _poke(root) -> str:
 
 
 @pytest.mark.parametrize("name", sorted(EXPLORERS))
+def test_each_page_carries_the_explorers_script_once(name):
+    # make book keeps the first copy on a page (scripts/one_script_per_page.py).
+    script = files("vitbook.book").joinpath("explorers.js").read_text(encoding="utf-8")
+    assert (HTML / f"{name}.html").read_text(encoding="utf-8").count(script) == 1
+
+
+@pytest.mark.parametrize("name", sorted(EXPLORERS))
 def test_the_pages_explorers_respond(browser, name):
     assert (HTML / f"{name}.html").exists(), f"{name}.html was not built"
     page, errors = _open(browser, name, 1400)
@@ -430,3 +446,16 @@ def test_self_check_answers_open_on_a_click(browser, name):
     assert first.evaluate("d => d.open")
     page.close()
     assert not errors, errors
+
+
+def test_one_script_per_page_keeps_the_first_copy():
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        from one_script_per_page import keep_first_script
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    page = "<p>a</p><script>JS\nmount(1)</script><script>JS\nmount(2)</script>"
+    kept, removed = keep_first_script(page, "JS\n")
+    assert removed == 1
+    assert kept == "<p>a</p><script>JS\nmount(1)</script><script>mount(2)</script>"
+    assert keep_first_script("<p>none</p>", "JS\n") == ("<p>none</p>", 0)

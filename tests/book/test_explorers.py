@@ -15,6 +15,7 @@ from importlib.resources import files
 
 import numpy as np
 import pytest
+import skimage
 import torch
 from PIL import Image
 
@@ -24,14 +25,16 @@ from going_modular.models.registry import build_model
 from going_modular.models.vit import vit_4_16
 from vitbook.book.attention_maps import (
     attention_rollout,
-    position_embedding_similarity,
 )
 from vitbook.book.explorers import (
     PAPER_PRESETS,
+    POSITION_KINDS,
     Explorer,
     attention_explorer,
     model_config,
     patch_explorer,
+    position_similarity,
+    position_table,
     schedule_explorer,
     size_calculator,
 )
@@ -60,7 +63,7 @@ def test_html_is_offline_and_small(vit):
     explorers = [
         size_calculator(),
         schedule_explorer(),
-        patch_explorer(torch.rand(3, 32, 32), (8, 16), {"learned": vit.pos_embed}),
+        patch_explorer(torch.rand(3, 32, 32), (8, 16), dim=192),
         attention_explorer(vit, torch.rand(1, 3, 32, 32)),
     ]
     script = files("vitbook.book").joinpath("explorers.js").read_text()
@@ -72,7 +75,7 @@ def test_html_is_offline_and_small(vit):
         page = explorer._repr_html_()
         assert not re.search(r"https?:|(src|href)=", page), explorer
         for uri in re.findall(r'"(?:src|image)":"([^"]*)"', page):
-            assert uri.startswith("data:image/png;base64,")
+            assert uri.startswith(("data:image/png;base64,", "data:image/jpeg;base64,"))
         assert "VitExplorers.mount(" in page and script in page
         assert len(page.encode()) < 200_000, (explorer.kind, len(page))
     # a "</script>" inside the data cannot close the script early
@@ -115,7 +118,11 @@ def test_script_formulas_equal_the_package_in_node():
         ".map(([k, c]) => [k, X.modelSize(c)]));\n"
         f"const factors = {json.dumps(settings)}.map(([w, t, m]) => "
         "[...Array(t + 3).keys()].map(s => X.scheduleFactor(s, w, t, m)));\n"
-        "console.log(JSON.stringify({sizes, factors}));"
+        "const sine = X.positionTable('sinusoidal', 49, 64);\n"
+        "const random = X.positionTable('random', 196, 768);\n"
+        "const similarity = {sine: X.positionSimilarity(sine, 64, 17),\n"
+        "  random: X.positionSimilarity(random, 768, 100)};\n"
+        "console.log(JSON.stringify({sizes, factors, similarity}));"
     )
     result = json.loads(
         subprocess.run(
@@ -138,6 +145,16 @@ def test_script_formulas_equal_the_package_in_node():
         ).lr_lambdas[0]
         for step, value in enumerate(script_factors):
             assert math.isclose(value, factor(step), rel_tol=1e-12, abs_tol=1e-15)
+    # The page's position embeddings: the sinusoidal ones are the package's (float32), and
+    # its random draws are similar only to themselves, as the package's are.
+    sine = position_similarity(position_table("sinusoidal", 49, 64), 17)
+    assert np.allclose(result["similarity"]["sine"], sine.numpy(), atol=1e-5)
+    random = np.array(result["similarity"]["random"])
+    assert random[100] == pytest.approx(1.0)
+    others = np.delete(random, 100)  # cosines of independent draws: std 1 / sqrt(768)
+    assert abs(others.mean()) < 0.01 and others.std() == pytest.approx(
+        768**-0.5, rel=0.15
+    )
 
 
 def test_schedule_explorer_checks_its_settings():
@@ -149,27 +166,37 @@ def test_schedule_explorer_checks_its_settings():
         schedule_explorer(warmup_steps=2000, total_steps=1000)
 
 
-def test_patch_explorer_similarities_equal_the_package(vit):
-    learned = vit.pos_embed  # (1, 17, 192): a 4x4 grid and the class token
-    sine = sinusoidal_embedding(16, 192)  # (1, 16, 192): no class token
-    data = patch_explorer(
-        torch.rand(3, 32, 32), (4, 8), {"learned": learned, "sinusoidal": sine}
-    ).data
-    assert data["grid"] == 4 and data["size"] == 32 and data["patch_sizes"] == [4, 8]
-    expected = (position_embedding_similarity(learned).reshape(16, 16) + 1) / 2
-    stored = _bytes(data["similarity"]["learned"], 16, 16).astype(float) / 255
-    assert np.abs(stored - expected.detach().numpy()).max() <= 0.5 / 255 + 1e-6
-    sine_stored = _bytes(data["similarity"]["sinusoidal"], 16, 16)
-    assert (np.diag(sine_stored) == 255).all() and sine_stored.min() < 255
-    assert data["image"].startswith("data:image/png;base64,")
+def test_patch_explorer_describes_every_grids_positions():
+    data = patch_explorer(torch.rand(3, 32, 32), (4, 8), dim=192).data
+    assert data["size"] == 32 and data["patch_sizes"] == [4, 8] and data["dim"] == 192
+    assert data["kinds"] == POSITION_KINDS  # the page makes each grid's tables itself
+    assert data["image"].startswith("data:image/jpeg;base64,")  # a photograph: JPEG
+    # A 224-pixel photograph and every grid's positions, in the script and a few kB
+    photo = torch.from_numpy(skimage.data.chelsea()).permute(2, 0, 1).float() / 255
+    photo = torch.nn.functional.interpolate(photo[None, :, :, 75:375], size=224)[0]
+    assert len(patch_explorer(photo, (4, 8, 16)).html) < 50_000
+    assert torch.equal(
+        position_table("sinusoidal", 49, 64), sinusoidal_embedding(49, 64)[0]
+    )
+    learned = position_table("random", 49, 64, seed=3)
+    assert torch.equal(learned, position_table("random", 49, 64, seed=3))
+    assert learned.std().item() == pytest.approx(0.02, rel=0.1)  # the package's init
+    similarity = position_similarity(learned, 5)
+    assert (
+        similarity[5] == pytest.approx(1.0) and similarity.abs().sort().values[-2] < 0.6
+    )
+    with pytest.raises(ValueError, match="Unknown kind"):
+        position_table("learned", 4, 8)
     with pytest.raises(ValueError, match="do not divide"):
         patch_explorer(torch.rand(3, 32, 32), (5,))
     wide = torch.zeros(3, 32, 48)
     wide[:, :, 8:40] = 1  # the centred square is white, the sides black
     data = patch_explorer(wide, (8,)).data
-    assert data["size"] == 32 and data["similarity"] == {"none": "/w=="}  # [255]
-    png = base64.b64decode(data["image"].removeprefix("data:image/png;base64,"))
-    assert np.asarray(Image.open(io.BytesIO(png))).min() == 255
+    assert data["size"] == 32
+    jpeg = base64.b64decode(data["image"].removeprefix("data:image/jpeg;base64,"))
+    assert (
+        np.asarray(Image.open(io.BytesIO(jpeg))).min() >= 250
+    )  # white, as JPEG keeps it
 
 
 def test_attention_explorer_stores_the_models_maps(vit):
@@ -177,13 +204,20 @@ def test_attention_explorer_stores_the_models_maps(vit):
     data = attention_explorer(vit, images, class_names=["a", "b", "c"]).data
     maps = torch.stack(collect_attention(vit, images))  # (4, 2, 3, 17, 17)
     assert (data["grid"], data["layers"], data["heads"]) == (4, 4, 3)
+    assert data["keys"] == 17  # 16 patches and the class token
     assert data["queries"] == [-1, *range(16)]  # all of a small grid fit the budget
     raw = _bytes(data["images"][1]["raw"], 4, 3, 17, 16)
     expected = _quantised(maps[:, 1, :, :, 1:])  # every query, the patch keys
     assert np.abs(raw.astype(int) - expected.astype(int)).max() <= 1
+    # Each row's largest weight is stored, so bytes / 255 x it are the weights themselves.
+    largest = np.array(data["images"][1]["raw_max"]).reshape(4, 3, 17, 1)
+    weights = raw.astype(float) / 255 * largest
+    assert np.abs(weights - maps[:, 1, :, :, 1:].numpy()).max() <= 0.5 / 255 + 1e-3
     rollout = _bytes(data["images"][1]["rollout"], 17, 16)
-    expected = _quantised(attention_rollout(list(maps))[1, :, 1:])
-    assert np.abs(rollout.astype(int) - expected.astype(int)).max() <= 1
+    rolled = attention_rollout(list(maps))[1, :, 1:]
+    assert np.abs(rollout.astype(int) - _quantised(rolled).astype(int)).max() <= 1
+    largest = np.array(data["images"][1]["rollout_max"])
+    assert np.allclose(largest, rolled.amax(-1).numpy(), rtol=1e-3)
     assert data["images"][0]["pool"] is None
     assert data["images"][0]["label"].startswith("image 1 (predicted: ")
     assert data["images"][0]["label"][-2] in "abc"

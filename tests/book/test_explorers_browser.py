@@ -18,7 +18,6 @@ import torch
 from test_browser import _chromium, _missing, offline_chromium
 
 from going_modular.models.cct_variants import cct_7_3x1
-from going_modular.models.layers import sinusoidal_embedding
 from going_modular.models.registry import build_model
 from going_modular.models.vit import vit_4_16
 from vitbook.book.explorers import (
@@ -46,11 +45,7 @@ def page_file(tmp_path_factory):
         explorer_page(
             size_calculator(),
             schedule_explorer(),
-            patch_explorer(
-                images[0],
-                (4, 8, 16),
-                {"learned": vit.pos_embed, "sinusoidal": sinusoidal_embedding(16, 192)},
-            ),
+            patch_explorer(images[0], (4, 8, 16), dim=192),
             attention_explorer(vit, images, class_names=["a", "b", "c"]),
             attention_explorer(cct, images[:, :, :16, :16]),
         )
@@ -170,18 +165,26 @@ def test_patch_explorer_slider_and_positions(page):
     explorer = _explorer(page, 2)
     info = explorer.locator(".vx-out").nth(0)
     assert "= 64 tokens" in info.inner_text()  # 32 * 32 / 4^2
+    assert "the 8x8 grid of P = 4" in explorer.inner_text()  # the positions' panel too
+    similarity = explorer.locator("canvas").nth(1)
+    similarity.click(position={"x": 200, "y": 200})  # 240 px: cell (6, 6) of 8 x 8
+    assert "position (6, 6)" in explorer.inner_text()
     _slide(explorer.get_by_label("patch size", exact=True), "2")  # the third size: 16
     assert "= 4 tokens" in info.inner_text()
-    similarity = explorer.locator("canvas").nth(1)
+    # The panel follows the slider: a 2 x 2 grid now, at the same place, (1, 1).
+    assert (
+        "position (1, 1) to every other (the 2x2 grid of P = 16"
+        in explorer.inner_text()
+    )
     before, text = (
         _pixels(page, ".vx >> nth=2 >> canvas >> nth=1"),
         explorer.inner_text(),
     )
-    similarity.click(position={"x": 200, "y": 200})
+    similarity.click(position={"x": 50, "y": 200})
     assert _pixels(page, ".vx >> nth=2 >> canvas >> nth=1") != before
-    assert "position (3, 3)" in explorer.inner_text() and explorer.inner_text() != text
-    similarity.press("ArrowLeft")  # the keyboard moves the chosen position too
-    assert "position (3, 2)" in explorer.inner_text()
+    assert "position (1, 0)" in explorer.inner_text() and explorer.inner_text() != text
+    similarity.press("ArrowUp")  # the keyboard moves the chosen position too
+    assert "position (0, 0)" in explorer.inner_text()
     explorer.get_by_label("position embedding", exact=True).select_option("sinusoidal")
     assert "sinusoidal:" in explorer.inner_text()
 
@@ -193,6 +196,16 @@ def test_attention_explorer_clicks_and_selects(page):
     before = _pixels(page, canvas)
     vit.locator("canvas").click(position={"x": 300, "y": 10})
     assert "query patch (0, 3)" in vit.inner_text() and _pixels(page, canvas) != before
+    assert "nearest" not in vit.inner_text()  # every patch of a 4x4 grid is stored
+    # The query patch (0, 3), x from 240 to 320 on the 320-pixel canvas, is outlined:
+    # black, white, black from its left edge inwards.
+    edge = page.locator(canvas).evaluate(
+        "c => Array.from({length: 3}, (_, i) => "
+        "Array.from(c.getContext('2d').getImageData(240 + i, 40, 1, 1).data))"
+    )
+    assert edge == [[0, 0, 0, 255], [255, 255, 255, 255], [0, 0, 0, 255]]
+    # The colour scale gives the largest weight and what even attention would give.
+    assert "spread evenly over its 17 keys, each would get 0.059" in vit.inner_text()
     for label, value in [("layer", "1"), ("head", "2"), ("show", "rollout")]:
         before = _pixels(page, canvas)
         vit.get_by_label(label, exact=True).select_option(value)

@@ -20,7 +20,6 @@ from vitbook.book import widgets
 from vitbook.book.attention_maps import (
     attention_rollout,
     overlay,
-    position_embedding_similarity,
 )
 from vitbook.book.explorers import PAPER_PRESETS, size_calculator, unit_range
 from vitbook.models.complexity import count_macs, count_params
@@ -141,30 +140,35 @@ def test_schedule_draws_the_engines_schedule():
     assert "warmup_steps must be a finite number in [0, 100]" in explorer.readout.value
 
 
-def test_patch_explorer_redraws_grid_and_similarity(vit):
-    tables = {"learned": vit.pos_embed, "sine": sinusoidal_embedding(16, 192)}
-    explorer = widgets.live_patch_explorer(torch.rand(3, 32, 48), (4, 8, 16), tables)
+def test_patch_explorer_redraws_grid_and_similarity():
+    explorer = widgets.live_patch_explorer(torch.rand(3, 32, 48), (4, 8, 16), dim=192)
     image_axes, similarity_axes = explorer.figure.axes[:2]
     assert image_axes.get_title() == "P = 4: N = 64 patches"
     assert len(image_axes.lines) == 2 * (32 // 4 - 1)  # the grid's inner lines
+    assert _image_data(similarity_axes).shape == (8, 8)  # the grid of P = 4
     before = explorer.picture.value
     explorer.controls["patch"].value = 16
     assert explorer.picture.value != before
     assert explorer.figure.axes[0].get_title() == "P = 16: N = 4 patches"
     assert "<b>4</b> patches" in explorer.readout.value
-    explorer.controls["row"].value, explorer.controls["column"].value = 1, 3
-    expected = position_embedding_similarity(vit.pos_embed)[1, 3]
+    # The position sliders span the finest grid (8 x 8); (2, 7) is (0, 1) of the 2 x 2.
+    explorer.controls["row"].value, explorer.controls["column"].value = 2, 7
+    assert explorer.controls["table"].value == "learned (at initialisation)"
     shown = _image_data(explorer.figure.axes[1])
-    assert np.allclose(shown, expected.numpy(), atol=1e-6)
-    explorer.controls["table"].value = "sine"
+    assert shown.shape == (2, 2) and shown[0, 1] == pytest.approx(1.0)
+    assert (
+        np.abs(np.delete(shown.flatten(), 1)).max() < 0.5
+    )  # random: nearly orthogonal
+    explorer.controls["table"].value = "sinusoidal"
     shown = _image_data(explorer.figure.axes[1])
-    assert shown[1, 3] == pytest.approx(1.0) and shown.min() < 0.99
+    table = sinusoidal_embedding(4, 192)[0]
+    expected = torch.nn.functional.cosine_similarity(table[1][None], table, dim=-1)
+    assert np.allclose(shown.flatten(), expected.numpy(), atol=1e-6)
     with pytest.raises(ValueError, match="do not divide"):
         widgets.live_patch_explorer(torch.rand(3, 32, 32), (5,))
     wide = Image.new("RGB", (48, 32), "black")
     wide.paste("white", (8, 0, 40, 32))  # the centred square is white, the sides black
     explorer = widgets.live_patch_explorer(wide, (8,))
-    assert len(explorer.figure.axes) == 1  # no position embeddings: the grid alone
     assert (_image_data(explorer.figure.axes[0]) == 1).all()
     assert "(16 + 1) x 192" in explorer.readout.value  # 8 x 8 pixels x 3 channels
 

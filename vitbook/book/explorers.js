@@ -52,18 +52,19 @@ window.VitExplorers = (() => {
     return row * cols + col;
   };
   // Click a cell, or focus the canvas and move a cursor with the arrow keys: pick(cell).
-  const cellPicker = (canvas, rows, cols, pick) => {
-    let cell = 0;
+  // `size` gives the grid's [rows, cols] now, and `current` the cell picked now (both may
+  // change between events).
+  const cellPicker = (canvas, size, pick, current) => {
     canvas.tabIndex = 0;
-    canvas.addEventListener('click', e => { cell = cellAt(canvas, e, rows, cols); pick(cell); });
+    canvas.addEventListener('click', e => pick(cellAt(canvas, e, ...size())));
     canvas.addEventListener('keydown', e => {
       const step = { ArrowLeft: [0, -1], ArrowRight: [0, 1], ArrowUp: [-1, 0], ArrowDown: [1, 0] }[e.key];
       if (!step) return;
       e.preventDefault();
+      const [rows, cols] = size(), cell = current();
       const row = Math.min(rows - 1, Math.max(0, Math.floor(cell / cols) + step[0]));
       const col = Math.min(cols - 1, Math.max(0, cell % cols + step[1]));
-      cell = row * cols + col;
-      pick(cell);
+      pick(row * cols + col);
     });
   };
   const loadImage = src => { const img = new Image(); img.src = src; return img; };
@@ -218,6 +219,45 @@ window.VitExplorers = (() => {
   }
 
   // Patches and positions ----------------------------------------------------------------
+  // Position embeddings of n positions, as the package makes them: "sinusoidal" is
+  // going_modular.models.layers.sinusoidal_embedding (sine and cosine interleaved), "random"
+  // a learned table at its initialisation, normal draws (a cosine does not see their scale).
+  function positionTable(kind, n, dim, seed = 0) {
+    const table = new Float32Array(n * dim);
+    if (kind === 'sinusoidal') {
+      for (let i = 0; i < dim; i++) {
+        const rate = 10000 ** (-2 * Math.floor(i / 2) / dim), wave = i % 2 ? Math.cos : Math.sin;
+        for (let p = 0; p < n; p++) table[p * dim + i] = wave(p * rate);
+      }
+      return table;
+    }
+    let state = seed >>> 0;
+    const uniform = () => {  // mulberry32: a small seeded generator
+      state = (state + 0x6D2B79F5) >>> 0;
+      let t = Math.imul(state ^ (state >>> 15), 1 | state);
+      t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
+      return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+    };
+    for (let j = 0; j < table.length; j += 2) {  // Box-Muller: two normal draws
+      const r = Math.sqrt(-2 * Math.log(1 - uniform())), a = 2 * Math.PI * uniform();
+      table[j] = r * Math.cos(a);
+      if (j + 1 < table.length) table[j + 1] = r * Math.sin(a);
+    }
+    return table;
+  }
+  // The cosine similarity of position p's embedding to each position's, from -1 to 1
+  function positionSimilarity(table, dim, p) {
+    const n = table.length / dim, row = table.subarray(p * dim, (p + 1) * dim);
+    const norm = v => Math.sqrt(v.reduce((sum, x) => sum + x * x, 0));
+    const own = norm(row);
+    return Array.from({ length: n }, (_, q) => {
+      const other = table.subarray(q * dim, (q + 1) * dim);
+      let dot = 0;
+      for (let i = 0; i < dim; i++) dot += row[i] * other[i];
+      return dot / (own * norm(other) || 1);
+    });
+  }
+
   function patchExplorer(root, data) {
     const image = loadImage(data.image);
     const size = data.size;  // the image's side in pixels of the model's input
@@ -229,10 +269,11 @@ window.VitExplorers = (() => {
       'aria-label': 'cosine similarity of position embeddings; click a position' });
     const info = el('div', { class: 'vx-out', 'aria-live': 'polite' });
     const simInfo = el('div', { class: 'vx-out', 'aria-live': 'polite' });
-    const tables = Object.fromEntries(Object.entries(data.similarity).map(([k, v]) => [k, bytes(v)]));
-    let patch = data.patch_sizes[0], kind = Object.keys(tables)[0], position = 0;
+    const tables = {};  // kind and grid -> the table, made when first shown
+    let patch = data.patch_sizes[0], name = Object.keys(data.kinds)[0], position = 0;
+    const grid = () => Math.floor(size / patch);
     const drawPatches = () => {
-      const ctx = canvas.getContext('2d'), g = Math.floor(size / patch);
+      const ctx = canvas.getContext('2d'), g = grid();
       ctx.drawImage(image, 0, 0, canvas.width, canvas.height);
       ctx.strokeStyle = '#fff'; ctx.lineWidth = 1;
       for (let i = 1; i < g; i++) {
@@ -251,20 +292,27 @@ window.VitExplorers = (() => {
         (g * g > fit ? `; the strip shows the first ${fit}` : '');
     };
     const drawSimilarity = () => {
-      const g = data.grid, t = tables[kind], row = t.subarray(position * g * g, (position + 1) * g * g);
-      heat(similarity, Array.from(row, v => v / 255), g, g, null, 1);
+      const g = grid(), kind = data.kinds[name], key = `${kind} ${g}`;
+      tables[key] = tables[key] || positionTable(kind, g * g, data.dim, data.seed);
+      const row = positionSimilarity(tables[key], data.dim, position);
+      heat(similarity, row.map(v => (v + 1) / 2), g, g, null, 1);
       const ctx = similarity.getContext('2d'), w = similarity.width / g;
       ctx.strokeStyle = '#000'; ctx.lineWidth = 2;
       ctx.strokeRect((position % g) * w, Math.floor(position / g) * w, w, w);
-      simInfo.textContent = `${kind}: similarity of position (${Math.floor(position / g)}, ` +
-        `${position % g}) to every other (${g}x${g} grid; yellow = 1, blue = -1)`;
+      simInfo.textContent = `${name}: similarity of position (${Math.floor(position / g)}, ` +
+        `${position % g}) to every other (the ${g}x${g} grid of P = ${patch}; yellow = 1, blue = -1)`;
     };
-    cellPicker(similarity, data.grid, data.grid, cell => { position = cell; drawSimilarity(); });
+    cellPicker(similarity, () => [grid(), grid()], cell => { position = cell; drawSimilarity(); },
+      () => position);
     const patchSlider = slider(0, data.patch_sizes.length - 1, 1, 0, e => {
-      patch = data.patch_sizes[Number(e.target.value)]; drawPatches();
+      const before = grid(), r = Math.floor(position / before), c = position % before;
+      patch = data.patch_sizes[Number(e.target.value)];
+      const g = grid();  // the same place in the new grid
+      position = Math.floor(r * g / before) * g + Math.floor(c * g / before);
+      drawPatches(); drawSimilarity();
     });
-    const kindSelect = select(Object.keys(tables).map(k => [k, k]), e => {
-      kind = e.target.value; drawSimilarity();
+    const kindSelect = select(Object.keys(data.kinds).map(k => [k, k]), e => {
+      name = e.target.value; drawSimilarity();
     });
     root.append(el('div', { class: 'vx-controls' }, field('patch size', patchSlider)),
       el('div', { class: 'vx-row' }, canvas, el('div', {}, field('position embedding', kindSelect),
@@ -275,41 +323,63 @@ window.VitExplorers = (() => {
   }
 
   // Attention ----------------------------------------------------------------------------
-  // data.images[i].raw: (layers, heads, queries, patches) bytes; .rollout: (queries, patches);
-  // .pool: SeqPool's (patches) weights or null. data.queries: the stored query tokens
-  // (-1 = the class token, else a patch index).
+  // data.images[i].raw: (layers, heads, queries, patches) bytes, each row scaled to its
+  // largest weight, raw_max: those largest weights; .rollout and .rollout_max: the same for
+  // (queries, patches); .pool: SeqPool's (patches) weights or null. data.queries: the stored
+  // query tokens (-1 = the class token, else a patch index).
   function attentionExplorer(root, data) {
     const g = data.grid, n = g * g, q = data.queries.length;
     const images = data.images.map(d => ({ img: loadImage(d.src), raw: bytes(d.raw),
-      rollout: bytes(d.rollout), pool: d.pool && bytes(d.pool), label: d.label }));
+      rawMax: d.raw_max, rollout: bytes(d.rollout), rolloutMax: d.rollout_max,
+      pool: d.pool && bytes(d.pool), label: d.label }));
     const canvas = el('canvas', { width: 320, height: 320, class: 'vx-canvas', role: 'img',
       'aria-label': 'attention over the image; click a patch' });
     const info = el('div', { class: 'vx-out', 'aria-live': 'polite' });
-    const s = { image: 0, layer: data.layers - 1, head: -1, mode: 'raw', query: 0 };
+    // The colour scale: the map's colours from 0 to its largest weight
+    const stops = [0, 0.25, 0.5, 0.75, 1].map(t => `${colour(t)} ${100 * t}%`).join(', ');
+    const scaleTop = el('span', {});
+    const scale = el('div', { class: 'vx-scale' }, el('span', {}, '0'),
+      el('span', { class: 'vx-scale-bar', style: `background: linear-gradient(to right, ${stops})` }),
+      scaleTop);
+    const s = { image: 0, layer: data.layers - 1, head: -1, mode: 'raw', query: 0, clicked: null };
     const draw = () => {
       const im = images[s.image];
       let values = new Float32Array(n), what;
       if (s.mode === 'pool') {
         values = Array.from(im.pool, v => v / 255); what = 'SeqPool weights';
       } else if (s.mode === 'rollout') {
-        values = Array.from(im.rollout.subarray(s.query * n, (s.query + 1) * n), v => v / 255);
+        const top = im.rolloutMax[s.query] / 255;
+        values = Array.from(im.rollout.subarray(s.query * n, (s.query + 1) * n), v => v * top);
         what = 'rollout';
       } else {
         const heads = s.head < 0 ? [...Array(data.heads).keys()] : [s.head];
         for (const h of heads) {
-          const start = ((s.layer * data.heads + h) * q + s.query) * n;
-          for (let i = 0; i < n; i++) values[i] += im.raw[start + i] / 255 / heads.length;
+          const row = (s.layer * data.heads + h) * q + s.query;
+          const top = im.rawMax[row] / 255 / heads.length;
+          for (let i = 0; i < n; i++) values[i] += im.raw[row * n + i] * top;
         }
         what = `layer ${s.layer + 1}, ${s.head < 0 ? 'mean of heads' : 'head ' + (s.head + 1)}`;
       }
       const top = Math.max(...values) || 1;
       heat(canvas, Array.from(values, v => v / top), g, g, im.img, 0.55);
       const token = data.queries[s.query];
+      if (s.mode !== 'pool' && token >= 0) {  // outline the query patch
+        const ctx = canvas.getContext('2d'), w = canvas.width / g;
+        const x = (token % g) * w, y = Math.floor(token / g) * w;
+        ctx.lineWidth = 3; ctx.strokeStyle = '#000'; ctx.strokeRect(x + 1.5, y + 1.5, w - 3, w - 3);
+        ctx.lineWidth = 1; ctx.strokeStyle = '#fff'; ctx.strokeRect(x + 1.5, y + 1.5, w - 3, w - 3);
+      }
+      scaleTop.textContent = s.mode === 'pool' ? 'largest weight' :
+        `${top.toPrecision(2)} (spread evenly over its ${data.keys} keys, each would get ` +
+        `${(1 / data.keys).toPrecision(2)})`;
+      const nearest = s.clicked !== null && s.clicked !== token ?
+        ` (the stored query nearest to patch (${Math.floor(s.clicked / g)}, ${s.clicked % g}))` : '';
       info.textContent = `${im.label ? im.label + ': ' : ''}${what}` + (s.mode === 'pool' ? '' :
-        `, query ${token < 0 ? 'the class token' : `patch (${Math.floor(token / g)}, ${token % g})`}`);
+        `, query ${token < 0 ? 'the class token' : `patch (${Math.floor(token / g)}, ${token % g})`}` +
+        nearest);
     };
-    // A clicked patch: the nearest stored query patch
-    cellPicker(canvas, g, g, cell => {
+    // A clicked patch: itself if stored, else the nearest stored query patch
+    cellPicker(canvas, () => [g, g], cell => {
       const r = Math.floor(cell / g), c = cell % g;
       let best = s.query, dist = Infinity;
       data.queries.forEach((t, i) => {
@@ -317,9 +387,9 @@ window.VitExplorers = (() => {
         const d = (Math.floor(t / g) - r) ** 2 + (t % g - c) ** 2;
         if (d < dist) { dist = d; best = i; }
       });
-      s.query = best; if (s.mode === 'pool') s.mode = 'raw';
+      s.query = best; s.clicked = cell; if (s.mode === 'pool') s.mode = 'raw';
       modeSelect.value = s.mode; draw();
-    });
+    }, () => Math.max(0, data.queries[s.query]));
     const pick = (key, options, label) => {
       const e = select(options, ev => { s[key] = key === 'mode' ? ev.target.value : Number(ev.target.value); draw(); });
       e.value = String(s[key]);
@@ -330,17 +400,18 @@ window.VitExplorers = (() => {
     if (images.every(im => im.pool)) modes.push(['pool', 'SeqPool weights']);
     const [modeSelect, modeField] = pick('mode', modes, 'show');
     const queryButton = el('button', { type: 'button', class: 'vx-in', onclick: () => {
-      s.query = Math.max(0, data.queries.indexOf(-1)); draw(); } }, 'class token');
+      s.query = Math.max(0, data.queries.indexOf(-1)); s.clicked = null; draw(); } }, 'class token');
     root.append(el('div', { class: 'vx-controls' },
       pick('image', images.map((im, i) => [i, im.label || `image ${i + 1}`]), 'image')[1],
       pick('layer', range(data.layers).map(i => [i, i + 1]), 'layer')[1],
       pick('head', [[-1, 'mean']].concat(range(data.heads).map(i => [i, i + 1])), 'head')[1],
-      modeField, ...(data.queries.includes(-1) ? [queryButton] : [])), canvas, info);
+      modeField, ...(data.queries.includes(-1) ? [queryButton] : [])), canvas, scale, info);
     images.forEach(im => { im.img.onload = draw; });
     draw();
   }
 
   const kinds = { size: sizeCalculator, schedule: scheduleExplorer, patch: patchExplorer,
     attention: attentionExplorer };
-  return { mount: (root, data) => kinds[data.kind](root, data), modelSize, scheduleFactor };
+  return { mount: (root, data) => kinds[data.kind](root, data), modelSize, scheduleFactor,
+    positionTable, positionSimilarity };
 })();

@@ -28,13 +28,10 @@ from torch import nn
 
 from going_modular.models.cct import CompactTransformer, ViTLite
 from going_modular.models.cct_variants import CCT, CVT
-from going_modular.models.layers import collect_attention
+from going_modular.models.layers import collect_attention, sinusoidal_embedding
 from going_modular.models.registry import build_model
 from going_modular.models.vit import HybridEmbedding, ViT
-from vitbook.book.attention_maps import (
-    attention_rollout,
-    position_embedding_similarity,
-)
+from vitbook.book.attention_maps import attention_rollout
 from vitbook.models.complexity import count_macs, count_params
 from vitbook.training.optim import warmup_cosine_schedule
 
@@ -43,6 +40,7 @@ __all__ = [
     "SIZE_FIELDS",
     "AttentionData",
     "Explorer",
+    "POSITION_KINDS",
     "PatchData",
     "attention_data",
     "attention_explorer",
@@ -51,6 +49,8 @@ __all__ = [
     "model_size",
     "patch_data",
     "patch_explorer",
+    "position_similarity",
+    "position_table",
     "preset_configs",
     "schedule_controls",
     "schedule_curve",
@@ -142,15 +142,20 @@ def _as_tensor(image: torch.Tensor | Image.Image) -> torch.Tensor:
     return image.detach().float().cpu()
 
 
-def _png(image: torch.Tensor, side: int) -> str:
-    """A (C, H, W) tensor in [0, 1] -> a square PNG data URI, ``side`` pixels wide or the
-    image's own width if smaller (the page scales it up)."""
+def _png(image: torch.Tensor, side: int, kind: str = "PNG") -> str:
+    """A (C, H, W) tensor in [0, 1] -> a square PNG (or ``kind="JPEG"``, for a photograph)
+    data URI, ``side`` pixels wide or the image's own width if smaller (the page scales it
+    up)."""
     array = (image.clamp(0, 1) * 255).round().byte()  # (C, H, W) -> (H, W, C) bytes
     picture = Image.fromarray(array.permute(1, 2, 0).squeeze(-1).numpy())
     buffer = io.BytesIO()
     side = min(side, picture.size[0])
-    picture.convert("RGB").resize((side, side), Image.BILINEAR).save(buffer, "PNG")
-    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
+    picture = picture.convert("RGB").resize((side, side), Image.BILINEAR)
+    picture.save(buffer, kind, **({"quality": 85} if kind == "JPEG" else {}))
+    return (
+        f"data:image/{kind.lower()};base64,"
+        + base64.b64encode(buffer.getvalue()).decode()
+    )
 
 
 # Size calculator ------------------------------------------------------------------------------
@@ -350,67 +355,76 @@ def _square(image: torch.Tensor) -> torch.Tensor:
     return image[..., top : top + side, left : left + side]
 
 
-def _position_similarity(table: torch.Tensor) -> torch.Tensor:
-    """(1, N [+1], D) or (N, D) position embeddings -> (N, N) cosine similarities."""
-    table = table.detach().float().reshape(-1, table.shape[-1])[None]
-    if math.isqrt(table.shape[1]) ** 2 == table.shape[1]:  # no class token: a stand-in
-        table = torch.cat([table[:, :1], table], dim=1)
-    similarity = position_embedding_similarity(table)  # (g, g, g, g)
-    grid = similarity.shape[0]
-    return similarity.reshape(grid * grid, grid * grid)
+#: The position embeddings the patch explorers compare, at every patch size: name -> kind.
+POSITION_KINDS = {"learned (at initialisation)": "random", "sinusoidal": "sinusoidal"}
+
+
+def position_table(kind: str, positions: int, dim: int, seed: int = 0) -> torch.Tensor:
+    """(positions, dim) position embeddings of one of :data:`POSITION_KINDS`' kinds:
+    ``"sinusoidal"`` is the package's ``sinusoidal_embedding``; ``"random"`` a learned table
+    at its initialisation, normal draws with std 0.02 from a generator seeded with ``seed``
+    (the page draws its own, with the same statistics)."""
+    if kind == "sinusoidal":
+        return sinusoidal_embedding(positions, dim)[0]
+    if kind == "random":
+        generator = torch.Generator().manual_seed(seed)
+        return 0.02 * torch.randn(positions, dim, generator=generator)
+    raise ValueError(
+        f"Unknown kind {kind!r}: use one of {sorted(set(POSITION_KINDS.values()))}."
+    )
+
+
+def position_similarity(table: torch.Tensor, position: int) -> torch.Tensor:
+    """The cosine similarity of row ``position`` of a (N, D) ``table`` to every row: (N,)."""
+    return torch.nn.functional.cosine_similarity(table[position][None], table, dim=-1)
 
 
 class PatchData(NamedTuple):
-    """An image and position embeddings, as the patch explorers show them."""
+    """An image and its patch sizes, as the patch explorers show them."""
 
     image: torch.Tensor  # (C, side, side) in [0, 1]: the image's centred square
     patch_sizes: list[int]  # each divides the side
-    similarity: dict[str, torch.Tensor]  # name -> (N, N) cosine similarities
-    grid: int  # the positions form a grid x grid square (1 without embeddings)
+    dim: int  # the width of the position embeddings compared
 
 
 def patch_data(
     image: torch.Tensor | Image.Image,
     patch_sizes: Sequence[int] = (4, 8, 16, 32),
-    position_embeddings: Mapping[str, torch.Tensor] | None = None,
+    dim: int = 768,
 ) -> PatchData:
-    """``image``'s centred square (a (C, H, W) tensor in [0, 1] or a PIL image), the patch
-    sizes checked against its side, and the cosine similarities of each of
-    ``position_embeddings``' positions ({"learned": model.pos_embed, ...}, one grid)."""
+    """``image``'s centred square (a (C, H, W) tensor in [0, 1] or a PIL image), and the
+    patch sizes checked against its side; ``dim`` is the width of the position embeddings
+    whose similarities the explorers show, at the grid of every patch size."""
     image = _square(_as_tensor(image))
     side = image.shape[-1]
     if bad := [p for p in patch_sizes if p < 1 or side % p]:
         raise ValueError(f"Patch sizes {bad} do not divide the image's side {side}.")
-    similarity = {
-        name: _position_similarity(table)
-        for name, table in (position_embeddings or {}).items()
-    }
-    if len({s.shape for s in similarity.values()}) > 1:
-        raise ValueError("The position embeddings must all have the same grid.")
-    grid = math.isqrt(next(iter(similarity.values())).shape[0]) if similarity else 1
-    return PatchData(image, list(patch_sizes), similarity, grid)
+    if dim < 1:
+        raise ValueError(f"dim must be positive; got {dim}.")
+    return PatchData(image, list(patch_sizes), dim)
 
 
 def patch_explorer(
     image: torch.Tensor | Image.Image,
     patch_sizes: Sequence[int] = (4, 8, 16, 32),
-    position_embeddings: Mapping[str, torch.Tensor] | None = None,
+    dim: int = 768,
     display_size: int = 224,
 ) -> Explorer:
     """A patch-size slider over ``image`` showing the grid, N = HW/P^2 and the sequence; and,
-    for each of ``position_embeddings``, the cosine similarity of a clicked position's
-    embedding to all the others. Arguments as for :func:`patch_data`."""
-    data = patch_data(image, patch_sizes, position_embeddings)
-    # nothing to compare: one position, similar to itself
-    similarity = data.similarity or {"none": torch.ones(1, 1)}
+    on the grid of the patch size chosen, the cosine similarity of a clicked position's
+    embedding to all the others, for each of :data:`POSITION_KINDS` (``dim`` wide). The page
+    computes the tables itself (:func:`position_table`'s formulas), so nothing grows with
+    the grid. Arguments as for :func:`patch_data`."""
+    data = patch_data(image, patch_sizes, dim)
     return Explorer(
         "patch",
         {
-            "image": _png(data.image, display_size),
+            "image": _png(data.image, display_size, "JPEG"),
             "size": data.image.shape[-1],
             "patch_sizes": data.patch_sizes,
-            "grid": data.grid,
-            "similarity": {name: _b64((s + 1) / 2) for name, s in similarity.items()},
+            "dim": data.dim,
+            "seed": 0,
+            "kinds": POSITION_KINDS,
         },
     )
 
@@ -446,6 +460,12 @@ def _forward(model: nn.Module, images: torch.Tensor) -> tuple[torch.Tensor, Any]
 def _scaled(rows: torch.Tensor) -> torch.Tensor:
     """Each row scaled to a maximum of one (to quantise it to bytes)."""
     return rows / rows.amax(dim=-1, keepdim=True).clamp_min(1e-12)
+
+
+def _largest(rows: torch.Tensor) -> list[float]:
+    """Each row's largest value (4 significant digits), flattened: what :func:`_scaled`
+    divided by, so that the page can show the weights themselves."""
+    return [float(f"{v:.4g}") for v in rows.amax(dim=-1).flatten().tolist()]
 
 
 def unit_range(images: torch.Tensor) -> torch.Tensor:
@@ -520,9 +540,11 @@ def attention_explorer(
     CCT) of ``model`` on a few ``images``; arguments as for :func:`attention_data`.
 
     Pick an image, a layer, a head or their mean, raw attention or rollout; click a patch to
-    see where it attends. Attention rows are stored for the class token and the patches of a
-    regular subgrid (a click picks the nearest), each quantised to a byte: about
-    ``max_bytes`` per image.
+    see where it attends (the query patch is outlined, and a colour scale gives the weights).
+    Attention rows are stored for the class token and every patch, or a regular subgrid of
+    them when that would exceed about ``max_bytes`` per image (a click then picks the nearest
+    stored patch and says so); each row as bytes scaled to its largest weight, which is stored
+    beside it.
     """
     data = attention_data(model, images, class_names, display_images)
     layers, _, heads, *_ = data.maps.shape
@@ -533,13 +555,16 @@ def attention_explorer(
         {
             "src": _png(image, 224),
             "raw": _b64(_scaled(raw[i])),
+            "raw_max": _largest(raw[i]),
             "rollout": _b64(_scaled(rollout[i])),
+            "rollout_max": _largest(rollout[i]),
             "pool": None if data.pool is None else _b64(_scaled(data.pool[i])),
             "label": data.labels[i],
         }
         for i, image in enumerate(data.shown)
     ]
-    sizes = {"grid": data.grid, "layers": layers, "heads": heads}
+    keys = data.grid**2 + data.offset  # what a row of attention spreads over
+    sizes = {"grid": data.grid, "layers": layers, "heads": heads, "keys": keys}
     return Explorer("attention", {**sizes, "queries": queries, "images": entries})
 
 

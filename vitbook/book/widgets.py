@@ -31,11 +31,14 @@ from torch import nn
 
 from vitbook.book.attention_maps import overlay
 from vitbook.book.explorers import (
+    POSITION_KINDS,
     SIZE_FIELDS,
     Explorer,
     attention_data,
     model_size,
     patch_data,
+    position_similarity,
+    position_table,
     preset_configs,
     schedule_controls,
     schedule_curve,
@@ -259,52 +262,54 @@ def live_schedule_explorer(
 def live_patch_explorer(
     image: torch.Tensor | Image.Image,
     patch_sizes: Sequence[int] = (4, 8, 16, 32),
-    position_embeddings: Mapping[str, torch.Tensor] | None = None,
+    dim: int = 768,
 ) -> LiveExplorer:
-    """A patch-size slider over ``image``: the grid and N = HW/P^2; and, for a chosen
-    position of one of ``position_embeddings``, the cosine similarity of its embedding to
-    every other's. Arguments as for :func:`~vitbook.book.explorers.patch_data`."""
+    """A patch-size slider over ``image``: the grid and N = HW/P^2; and, on the grid of the
+    patch size chosen, the cosine similarity of a chosen position's embedding to every
+    other's, for each of :data:`~vitbook.book.explorers.POSITION_KINDS`. Arguments as for
+    :func:`~vitbook.book.explorers.patch_data`."""
     import ipywidgets as widgets
 
-    data = patch_data(image, patch_sizes, position_embeddings)
+    data = patch_data(image, patch_sizes, dim)
     pixels, (channels, side, _) = _pixels(data.image), data.image.shape
+    finest = side // min(data.patch_sizes)  # the position sliders span the finest grid
     controls = {
         "patch": widgets.SelectionSlider(
             options=data.patch_sizes, description="patch size"
-        )
+        ),
+        "table": widgets.Dropdown(
+            options=list(POSITION_KINDS), description="embedding"
+        ),
+        **_grid_sliders(finest, "position"),
     }
-    if data.similarity:
-        controls["table"] = widgets.Dropdown(
-            options=list(data.similarity), description="embedding"
-        )
-        controls |= _grid_sliders(data.grid, "position")
 
     def draw(v: dict[str, Any]) -> tuple[Figure, str]:
-        patch, count = v["patch"], (side // v["patch"]) ** 2
-        figure, axes = _figure(1 + bool(data.similarity))
+        patch = v["patch"]
+        grid = side // patch
+        figure, axes = _figure(2)
         axes[0].imshow(pixels, cmap="gray", extent=(0, side, side, 0))
         axes[0].set_axis_off()
         for edge in range(patch, side, patch):
             axes[0].axhline(edge, color="white", lw=0.8)
             axes[0].axvline(edge, color="white", lw=0.8)
-        axes[0].set_title(f"P = {patch}: N = {count} patches")
+        axes[0].set_title(f"P = {patch}: N = {grid * grid} patches")
         text = (
-            f"N = ({side} / {patch})<sup>2</sup> = <b>{count}</b> patches; the sequence "
-            f"is ({count} + 1) x {patch * patch * channels}"
+            f"N = ({side} / {patch})<sup>2</sup> = <b>{grid * grid}</b> patches; the "
+            f"sequence is ({grid * grid} + 1) x {patch * patch * channels}"
             " (class token, flattened patches)"
         )
-        if data.similarity:
-            row, col, grid = v["row"], v["column"], data.grid
-            similarity = data.similarity[v["table"]][row * grid + col]
-            shown = axes[1].imshow(
-                similarity.reshape(grid, grid).numpy(), cmap="viridis", vmin=-1, vmax=1
-            )
-            axes[1].add_patch(
-                Rectangle((col - 0.5, row - 0.5), 1, 1, fill=False, ec="red")
-            )
-            axes[1].set_title(f"{v['table']}: cosine similarity to ({row}, {col})")
-            axes[1].set(xticks=[], yticks=[])
-            figure.colorbar(shown, ax=axes[1], fraction=0.046)
+        row, col = v["row"] * grid // finest, v["column"] * grid // finest
+        table = position_table(POSITION_KINDS[v["table"]], grid * grid, data.dim)
+        similarity = position_similarity(table, row * grid + col)
+        shown = axes[1].imshow(
+            similarity.reshape(grid, grid).numpy(), cmap="viridis", vmin=-1, vmax=1
+        )
+        axes[1].add_patch(Rectangle((col - 0.5, row - 0.5), 1, 1, fill=False, ec="red"))
+        axes[1].set_title(
+            f"{v['table']}: cosine similarity to ({row}, {col}) of {grid} x {grid}"
+        )
+        axes[1].set(xticks=[], yticks=[])
+        figure.colorbar(shown, ax=axes[1], fraction=0.046)
         return figure, text
 
     return LiveExplorer(controls, draw)
