@@ -10,7 +10,7 @@ import torch
 from sklearn.metrics import roc_auc_score
 
 from vitbook.book.attention_maps import patch_distances
-from vitbook.book.exercises import Exercise, Mistake
+from vitbook.book.exercises import Exercise, Mistake, reference_source
 from vitbook.models.fashion_source import source_vit
 
 __all__ = ["ex1", "ex2", "ex3", "ex4"]
@@ -19,12 +19,14 @@ __all__ = ["ex1", "ex2", "ex3", "ex4"]
 # Exercise 1 ------------------------------------------------------------------------------
 
 
-def _reference_class_tokens(vit, x):
+def class_tokens_per_layer(vit, x):
+    """(L, B, D): LN(z_l^0) for every layer l, collected by forward hooks."""
     tokens = []
-    hooks = [
-        block.register_forward_hook(lambda module, args, z: tokens.append(z[:, 0]))
-        for block in vit.blocks
-    ]
+
+    def keep(module, args, z):
+        tokens.append(z[:, 0])  # this block's class token
+
+    hooks = [block.register_forward_hook(keep) for block in vit.blocks]
     try:
         vit.eval()
         with torch.inference_mode():
@@ -33,15 +35,16 @@ def _reference_class_tokens(vit, x):
         for hook in hooks:
             hook.remove()
     with torch.inference_mode():
-        return torch.stack([vit.norm(t) for t in tokens])
+        normed = [vit.norm(t) for t in tokens]
+    return torch.stack(normed)
 
 
-def _check_class_tokens(class_tokens_per_layer) -> str:
+def _check_class_tokens(answer) -> str:
     torch.manual_seed(0)
     vit = source_vit(3)
     x = torch.randn(4, 1, 28, 28, generator=torch.Generator().manual_seed(1))
-    expected = _reference_class_tokens(vit, x)
-    got = class_tokens_per_layer(vit, x)
+    expected = class_tokens_per_layer(vit, x)
+    got = answer(vit, x)
     got = torch.as_tensor(got).detach()
     if got.shape != expected.shape:
         raise Mistake(
@@ -80,7 +83,7 @@ def _check_class_tokens(class_tokens_per_layer) -> str:
 
 
 def _last_layer_only(vit, x):
-    return _reference_class_tokens(vit, x)[-1:].expand(len(vit.blocks), -1, -1)
+    return class_tokens_per_layer(vit, x)[-1:].expand(len(vit.blocks), -1, -1)
 
 
 def _no_norm(vit, x):
@@ -97,27 +100,6 @@ def _no_norm(vit, x):
     return torch.stack(tokens)
 
 
-_EX1_SOLUTION = '''\
-def class_tokens_per_layer(vit, x):
-    """(L, B, D): LN(z_l^0) for every layer l, collected by forward hooks."""
-    tokens = []
-
-    def keep(module, args, z):
-        tokens.append(z[:, 0])  # this block's class token
-
-    hooks = [block.register_forward_hook(keep) for block in vit.blocks]
-    try:
-        vit.eval()
-        with torch.inference_mode():
-            vit(x)
-    finally:
-        for hook in hooks:
-            hook.remove()
-    with torch.inference_mode():
-        normed = [vit.norm(t) for t in tokens]
-    return torch.stack(normed)
-'''
-
 ex1 = Exercise(
     title="The class token after every layer",
     checker=_check_class_tokens,
@@ -126,14 +108,14 @@ ex1 = Exercise(
         "block; output[:, 0] is that layer's class token. Remove the hooks afterwards "
         "(try/finally), and pass each token through vit.norm."
     ),
-    solution_code=_EX1_SOLUTION,
+    solution_code=reference_source(class_tokens_per_layer),
     explanation=(
         "The linear probe reads LN(z_L^0), the last block's class token through the "
         "final LayerNorm. Reading LN(z_l^0) after each block l gives a probe per layer: "
         "Yosinski et al. (2014) measured in this way how features turn from general to "
         "specific with depth."
     ),
-    reference=lambda: (_reference_class_tokens,),
+    reference=lambda: (class_tokens_per_layer,),
     mistakes=[
         (lambda: (_no_norm,), "final LayerNorm"),
         (lambda: (_last_layer_only,), "every block"),

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from going_modular.models.vitbn import ViTBN
-from vitbook.book.exercises import Exercise, Mistake
+from vitbook.book.exercises import Exercise, Mistake, reference_source
 from vitbook.models.complexity import count_params
 
 __all__ = ["ex1", "ex2", "ex3", "ex4"]
@@ -152,7 +152,7 @@ assert count_params(ViTNoFFNorm(**article)) == answer
 # Exercise 3 ------------------------------------------------------------------------------
 
 
-def _fold(linear: nn.Linear, bn: nn.BatchNorm1d) -> nn.Linear:
+def fold(linear: nn.Linear, bn: nn.BatchNorm1d) -> nn.Linear:
     a = bn.weight / torch.sqrt(bn.running_var + bn.eps)
     folded = nn.Linear(linear.in_features, linear.out_features)
     with torch.no_grad():
@@ -199,7 +199,7 @@ def _check_fold(fold) -> str:
 
 
 def _fold_without_mean(linear, bn):
-    folded = _fold(linear, bn)
+    folded = fold(linear, bn)
     with torch.no_grad():
         a = bn.weight / torch.sqrt(bn.running_var + bn.eps)
         folded.bias.copy_(a * linear.bias + bn.bias)
@@ -223,22 +223,14 @@ ex3 = Exercise(
         "a = gamma / sqrt(running_var + eps), and y = W x + b. Expand and collect the "
         "terms in x and the constant ones."
     ),
-    solution_code="""
-def fold(linear, bn):
-    a = bn.weight / torch.sqrt(bn.running_var + bn.eps)
-    folded = nn.Linear(linear.in_features, linear.out_features)
-    with torch.no_grad():
-        folded.weight.copy_(a[:, None] * linear.weight)
-        folded.bias.copy_(a * (linear.bias - bn.running_mean) + bn.bias)
-    return folded
-""",
+    solution_code=reference_source(fold),
     explanation=(
         "In evaluation BatchNorm uses its running estimates, so it is a fixed per-feature "
         "affine map. Composed with the Linear before it, it is one Linear: each output "
         "feature's row of W is scaled by a, and the bias becomes a * (b - running_mean) + "
         "beta. A LayerNorm cannot be folded: its statistics change with every token."
     ),
-    reference=lambda: (_fold,),
+    reference=lambda: (fold,),
     mistakes=[
         (lambda: (_fold_without_mean,), "the bias is not"),
         (lambda: (_fold_columns,), "not its columns"),

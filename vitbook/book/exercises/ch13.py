@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from going_modular.models.registry import build_model
-from vitbook.book.exercises import Exercise, Mistake
+from vitbook.book.exercises import Exercise, Mistake, reference_source
 
 __all__ = ["MeanPooled", "ex1", "ex2", "ex3"]
 
@@ -167,9 +167,9 @@ patch = 1  # patch 2 gives 257 tokens; patch 1 gives 1025
 # Exercise 3 ------------------------------------------------------------------------------
 
 
+# A ViT that classifies the mean of its patch tokens, without its class token (its
+# source is exercise 3's solution, as shown).
 class MeanPooled(nn.Module):
-    """A ViT that classifies the mean of its patch tokens; no class token."""
-
     def __init__(self, vit):
         super().__init__()
         self.vit = vit
@@ -243,19 +243,8 @@ ex3 = Exercise(
         ".mean(dim=1), then the norm and the head. Unused: what does the wrapper never "
         "read?"
     ),
-    solution_code="""
-class MeanPooled(nn.Module):
-    def __init__(self, vit):
-        super().__init__()
-        self.vit = vit
-
-    def forward(self, images):
-        z = self.vit.patch_embed(images) + self.vit.pos_embed[:, 1:]
-        return self.vit.head(self.vit.norm(self.vit.blocks(z).mean(dim=1)))
-
-
-unused = 64 + 64  # cls_token and row 0 of pos_embed, D = 64 each
-""",
+    solution_code=reference_source(MeanPooled)
+    + "\n\nunused = 64 + 64  # cls_token and row 0 of pos_embed, D = 64 each\n",
     explanation=(
         "The wrapper never reads cls_token or row 0 of the position table, so neither "
         "receives a gradient: 2D parameters, 128 for D = 64. A simple mechanism can favour "
