@@ -62,7 +62,6 @@ LAYERS = [
             "vitbook.book.exercises.ch09",
             "vitbook.book.exercises.ch10",
             "vitbook.book.exercises.ch11",
-            "vitbook.book.exercises.ch12",
             "vitbook.book.exercises.ch13",
             "vitbook.book.exercises.ch14",
             "vitbook.book.built.ch02",
@@ -73,7 +72,6 @@ LAYERS = [
             "vitbook.book.ch09_lab",
             "vitbook.book.ch10_lab",
             "vitbook.book.ch11_lab",
-            "vitbook.book.ch12_lab",
         ],
     ),
     (

@@ -25,7 +25,6 @@ Only this part reads ``BOOK_*`` variables; the rest of ``vitbook`` never imports
 ``book.exercises.ch09``  chapter 9's exercises
 ``book.exercises.ch10``  chapter 10's exercises
 ``book.exercises.ch11``  chapter 11's exercises
-``book.exercises.ch12``  chapter 12's exercises
 ``book.exercises.ch13``  chapter 13's exercises
 ``book.exercises.ch14``  chapter 14's exercises
 ``book.built.ch02``      chapter 2's ``PatchEmbedding``, as the chapter writes it
@@ -36,7 +35,6 @@ Only this part reads ``BOOK_*`` variables; the rest of ``vitbook`` never imports
 ``book.ch09_lab``       chapter 9's pixel baseline: logistic regression by full-batch L-BFGS, ``C`` chosen on a validation split
 ``book.ch10_lab``       chapter 10's small-data runs (two side by side) and its pixel baseline
 ``book.ch11_lab``       chapter 11's validation split of the training texts, its TF-IDF baseline and the sentence for each verdict
-``book.ch12_lab``       chapter 12's interleaved timing and the paired ratio of two models' times with its 95% interval
 """
 
 __all__: list[str] = []
