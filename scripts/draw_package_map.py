@@ -56,7 +56,6 @@ LAYERS = [
             "vitbook.book.exercises.ch03",
             "vitbook.book.exercises.ch04",
             "vitbook.book.exercises.ch05",
-            "vitbook.book.exercises.ch06",
             "vitbook.book.exercises.ch07",
             "vitbook.book.exercises.ch08",
             "vitbook.book.exercises.ch09",

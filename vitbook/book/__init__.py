@@ -19,7 +19,6 @@ Only this part reads ``BOOK_*`` variables; the rest of ``vitbook`` never imports
 ``book.exercises.ch03``  chapter 3's exercises
 ``book.exercises.ch04``  chapter 4's exercises
 ``book.exercises.ch05``  chapter 5's exercises
-``book.exercises.ch06``  chapter 6's exercises
 ``book.exercises.ch07``  chapter 7's exercises
 ``book.exercises.ch08``  chapter 8's exercises
 ``book.exercises.ch09``  chapter 9's exercises
