@@ -58,7 +58,6 @@ LAYERS = [
             "vitbook.book.exercises.ch05",
             "vitbook.book.exercises.ch08",
             "vitbook.book.exercises.ch10",
-            "vitbook.book.exercises.ch11",
             "vitbook.book.exercises.ch13",
             "vitbook.book.exercises.ch14",
             "vitbook.book.built.ch02",
@@ -66,7 +65,6 @@ LAYERS = [
             "vitbook.book.built.ch04",
             "vitbook.book.built.ch05",
             "vitbook.book.ch10_lab",
-            "vitbook.book.ch11_lab",
         ],
     ),
     (

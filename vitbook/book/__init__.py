@@ -21,7 +21,6 @@ Only this part reads ``BOOK_*`` variables; the rest of ``vitbook`` never imports
 ``book.exercises.ch05``  chapter 5's exercises
 ``book.exercises.ch08``  chapter 8's exercises
 ``book.exercises.ch10``  chapter 10's exercises
-``book.exercises.ch11``  chapter 11's exercises
 ``book.exercises.ch13``  chapter 13's exercises
 ``book.exercises.ch14``  chapter 14's exercises
 ``book.built.ch02``      chapter 2's ``PatchEmbedding``, as the chapter writes it
@@ -29,7 +28,6 @@ Only this part reads ``BOOK_*`` variables; the rest of ``vitbook`` never imports
 ``book.built.ch04``      chapter 4's ``Mlp`` and ``Block``, as the chapter writes it
 ``book.built.ch05``      chapter 5's ``ViT``, assembled from chapters 2-4, as the chapter writes it
 ``book.ch10_lab``       chapter 10's small-data runs (two side by side) and its pixel baseline
-``book.ch11_lab``       chapter 11's validation split of the training texts, its TF-IDF baseline and the sentence for each verdict
 """
 
 __all__: list[str] = []
