@@ -142,7 +142,7 @@ def _as_tensor(image: torch.Tensor | Image.Image) -> torch.Tensor:
     return image.detach().float().cpu()
 
 
-def _png(image: torch.Tensor, side: int, kind: str = "PNG") -> str:
+def _data_uri(image: torch.Tensor, side: int, kind: str = "PNG") -> str:
     """A (C, H, W) tensor in [0, 1] -> a square PNG (or ``kind="JPEG"``, for a photograph)
     data URI, ``side`` pixels wide or the image's own width if smaller (the page scales it
     up)."""
@@ -419,7 +419,7 @@ def patch_explorer(
     return Explorer(
         "patch",
         {
-            "image": _png(data.image, display_size, "JPEG"),
+            "image": _data_uri(data.image, display_size, "JPEG"),
             "size": data.image.shape[-1],
             "patch_sizes": data.patch_sizes,
             "dim": data.dim,
@@ -553,7 +553,7 @@ def attention_explorer(
     raw, rollout = data.rows(queries)
     entries = [
         {
-            "src": _png(image, 224),
+            "src": _data_uri(image, 224),
             "raw": _b64(_scaled(raw[i])),
             "raw_max": _largest(raw[i]),
             "rollout": _b64(_scaled(rollout[i])),
